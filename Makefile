@@ -1,0 +1,25 @@
+# Every Go module in this repository: the core and the nested integration modules.
+MODULES := $(patsubst %/go.mod,%,$(wildcard go.mod */go.mod */*/go.mod))
+MODULES := $(patsubst go.mod,.,$(MODULES))
+GO ?= go
+BENCHTIME ?= 1s
+COUNT ?= 1
+
+.PHONY: test fmt-check vet race bench tidy-check
+
+## test: gofmt check, go vet and race-enabled tests in every module.
+test: fmt-check vet race
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	@set -e; for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
+
+race:
+	@set -e; for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...); done
+
+## bench: run every benchmark once (COUNT=6 BENCHTIME=... for benchstat input).
+bench:
+	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done

@@ -1,0 +1,3 @@
+module github.com/agentserve/sessionaffinity
+
+go 1.24.0
