@@ -1,0 +1,111 @@
+// Package hrw implements weighted rendezvous hashing (highest random weight, HRW): for
+// a key (a session ID) every node (an inference backend) gets a pseudo-random score,
+// and the node with the highest score wins. Every process that knows the same node set
+// computes the same winner, with no coordination, no shared state and no per-process
+// seed; removing a node moves only the keys it won (each to its runner-up), and adding
+// one moves only the keys the newcomer now wins.
+//
+// What it is: pure functions over a []Node ([Pick], [PickFunc], [Rank], [TopK],
+// [TopKFunc]), a zero-allocation accumulator for nodes embedded in the caller's own
+// structs ([Best]), and an immutable, prepared node set ([Ranker]).
+//
+// What it is not: it keeps no sticky bindings, knows nothing about health, load or
+// time, starts no goroutines and holds no locks. The affinity package builds session
+// stickiness on top of it.
+//
+// # Algorithm
+//
+// The algorithm is specified exactly, so that a gateway in another language can
+// reproduce the placements bit for bit. All arithmetic is on unsigned 64-bit integers
+// (wrapping) and IEEE-754 binary64.
+//
+//	XXH3(b)        = XXH3_64bits(b) with seed 0 (the xxHash spec; XXH3("") = 0x2d06800538d394c2)
+//	splitmix64(x)  : x ^= x >> 30; x *= 0xbf58476d1ce4e5b9
+//	                 x ^= x >> 27; x *= 0x94d049bb133111eb
+//	                 x ^= x >> 31; return x
+//	KeyHash(key)   = XXH3(key)                      (once per request)
+//	NodeHash(id)   = splitmix64(XXH3(id))           (once per node, stored in the Node)
+//	Mix(k, n)      = splitmix64(k ^ n)
+//	m              = Mix(KeyHash(key), NodeHash(id)) >> 11      (the top 53 bits)
+//	u              = m · 2^-53, or 2^-54 if m == 0  (so 0 < u < 1, exactly representable)
+//	s              = -w / ln(u)                     (the score; w > 0 is the node's weight)
+//
+// The key and the ID are hashed separately and combined by a bijective mixer, never
+// concatenated: ("s1", "1b") and ("s11", "b") score differently.
+//
+// Canonical order (best first) of the nodes for one key:
+//
+//  1. higher s;
+//  2. on equal s, higher m;
+//  3. on equal m, the lexicographically smaller ID (byte-wise string comparison);
+//  4. on equal ID (a duplicate), the earlier position in the input.
+//
+// Nodes with weight 0 never win and are left out of [Rank] and [TopK]. Duplicate IDs
+// collapse to their first occurrence: its weight counts, later copies are ignored even if
+// their weight differs. Nothing else about the input order matters.
+//
+// The score is the logarithmic method for weighted rendezvous hashing: -ln(u) is an
+// Exp(1) variate, so 1/s is exponential with rate w and a node wins with probability
+// w/Σw. Raising one node's weight only raises its own score, so keys move only to that
+// node.
+//
+// # Fast paths
+//
+// For a fixed weight s is monotone in m, so two nodes of equal weight are ordered by
+// (m, ID) with no logarithm: with all weights equal a selection costs one mix and one
+// integer compare per node and looks at IDs only on an exact 53-bit tie. (This needs
+// the computed ln to be non-decreasing on the 2^-53 grid of u, where neighbouring values
+// of ln differ by at least an ulp of the result; the tests check it for Go's math.Log
+// near the boundaries and on random neighbours.)
+//
+// With mixed weights, a node needs its ln only when it may beat the current best (or the
+// k-th best in [TopK]). Because -ln(u) >= 1-u, a node's score is at most w/(1-u), and
+// 1-u = (2^53-m)·2^-53 is exact; a node is skipped when w·(1+1e-9) < s_best·(1-u).
+// The relative margin 1e-9 is about a million times larger than the rounding error of
+// ln, the division and the two products, so a skipped node's computed score is always
+// strictly below s_best and the result is identical to computing every score and
+// sorting by the canonical order. A node escapes the bound with probability about
+// w/(the total weight seen so far), so a weighted selection over n nodes in random order
+// takes O(log n) logarithms (a handful) rather than n. The weight bounds [MinWeight] and [MaxWeight] keep every
+// score finite and normal, which the argument needs.
+//
+// Placements with equal weights involve integers only and are bit-exact in every
+// language. Weighted placements involve one ln per compared node: a libm whose ln
+// rounds differently in the last ulp can only change the result when two scores are
+// within an ulp or so of each other (a near-tie, probability about 1e-16 per key).
+//
+// # References
+//
+//   - D. G. Thaler and C. V. Ravishankar, "A name-based mapping scheme for rendezvous",
+//     University of Michigan CSE-TR-316-96, 1996; and "Using name-based mappings to
+//     increase hit rates", IEEE/ACM Transactions on Networking 6(1), 1998 (HRW).
+//   - C. Schindelhauer and G. Schomaker, "Weighted distributed hash tables", SPAA 2005;
+//     J. Resch, "New hashing algorithms for data storage", 2015 (the logarithmic method).
+//   - G. L. Steele Jr., D. Lea and C. H. Flood, "Fast splittable pseudorandom number
+//     generators", OOPSLA 2014 (SplitMix; the constants are those of S. Vigna's
+//     splitmix64.c).
+//   - Y. Collet, xxHash, XXH3 64-bit (github.com/Cyan4973/xxHash, doc/xxhash_spec.md);
+//     implemented here by github.com/zeebo/xxh3.
+//
+// # Concurrency
+//
+// The functions are pure and safe for concurrent use; they do not modify their inputs.
+// A [Node] is an immutable value and a [Ranker] is immutable after [New], so both can be
+// shared freely (publish a new Ranker, e.g. through an atomic.Pointer, to change the
+// set). A [Best] is a small mutable accumulator owned by one goroutine.
+//
+// # Usage
+//
+//	a, _ := hrw.NewNode("vllm-a", 1)
+//	b, _ := hrw.NewNode("vllm-b", 1)
+//	c, _ := hrw.NewNode("vllm-c", 2) // twice the share of a or b
+//	nodes := []hrw.Node{a, b, c}
+//
+//	k := hrw.KeyHash(sessionID)
+//	i := hrw.Pick(k, nodes)                // the winner's index, -1 if none
+//	top := hrw.TopK(buf[:0], k, nodes, 2) // winner and runner-up, 0 allocs
+//	j := hrw.PickFunc(k, nodes, func(i int) bool { return healthy(nodes[i].ID()) })
+//
+//	r, err := hrw.New(nodes) // or prepare the set once
+//	n, ok := r.Pick(k)
+package hrw

@@ -1,0 +1,281 @@
+package hrw
+
+import "slices"
+
+// Pick returns the index in nodes of the winner for keyHash (usually [KeyHash] of the
+// session ID): the first node in the canonical order described in the package doc.
+// It returns -1 when nodes is empty or every node has weight 0. Duplicate IDs collapse to
+// their first occurrence (whose weight counts); the result never depends on the order of
+// nodes beyond which duplicate comes first. The zero [Node] is skipped.
+//
+// Equal weights take a fast path that compares the 53-bit mixed values and looks at IDs
+// only on an exact tie; mixed weights take ln only for nodes that the bound
+// s <= w/(1-u) cannot rule out. The result is identical to computing every score.
+//
+// Cost: O(n) in nodes (one multiply-xorshift mix per node, plus a scan of the nodes
+// before the winner to rule out duplicates), 0 allocs. Safe for concurrent use.
+func Pick(keyHash uint64, nodes []Node) int {
+	bi := -1
+	var bn *Node
+	var bm uint64
+	bw, bs := -1.0, 0.0 // best weight (-1: none yet), best score (0: not computed)
+	for i := range nodes {
+		n := &nodes[i]
+		m := splitmix64(keyHash^n.hash) >> 11
+		if n.weight == bw {
+			if m < bm || (m == bm && n.id >= bn.id) {
+				continue
+			}
+			bi, bn, bm, bs = i, n, m, 0
+			continue
+		}
+		if n.weight == 0 {
+			continue
+		}
+		if bn == nil {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, 0
+			continue
+		}
+		win, s, nbs := weighed(n.weight, m, n.id, bn, bm, bs)
+		if win {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, s
+		} else {
+			bs = nbs
+		}
+	}
+	if bi > 0 && dupBefore(nodes, bi, nil) {
+		return pickExact(keyHash, nodes, nil)
+	}
+	return bi
+}
+
+// PickFunc is [Pick] over the nodes for which eligible(i) reports true, without building
+// a new slice: it returns the same index as Pick would over the eligible subsequence
+// (mapped back to an index into nodes), or -1 if there is none. Duplicates collapse to
+// the first eligible occurrence. A nil eligible means all nodes are eligible.
+// eligible is called once per node with weight > 0 (plus, rarely, on the nodes before
+// the winner that share its hash) and must not modify nodes.
+//
+// Cost: O(n) in nodes plus n calls of eligible, 0 allocs (eligible's own allocations
+// aside). Safe for concurrent use if eligible is.
+func PickFunc(keyHash uint64, nodes []Node, eligible func(i int) bool) int {
+	if eligible == nil {
+		return Pick(keyHash, nodes)
+	}
+	bi := -1
+	var bn *Node
+	var bm uint64
+	bw, bs := -1.0, 0.0
+	for i := range nodes {
+		n := &nodes[i]
+		if n.weight == 0 || !eligible(i) {
+			continue
+		}
+		m := splitmix64(keyHash^n.hash) >> 11
+		if n.weight == bw {
+			if m < bm || (m == bm && n.id >= bn.id) {
+				continue
+			}
+			bi, bn, bm, bs = i, n, m, 0
+			continue
+		}
+		if bn == nil {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, 0
+			continue
+		}
+		win, s, nbs := weighed(n.weight, m, n.id, bn, bm, bs)
+		if win {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, s
+		} else {
+			bs = nbs
+		}
+	}
+	if bi > 0 && dupBefore(nodes, bi, eligible) {
+		return pickExact(keyHash, nodes, eligible)
+	}
+	return bi
+}
+
+// weighed compares a candidate (w, m, id) whose weight differs from the current best's
+// (b, bm, score bs or 0 if not computed yet). It returns whether the candidate wins, its
+// score if computed, and the best's score.
+func weighed(w float64, m uint64, id string, b *Node, bm uint64, bs float64) (win bool, s, bsOut float64) {
+	if bs == 0 {
+		bs = score(b.weight, bm)
+	}
+	if loses(w, m, bs) {
+		return false, 0, bs
+	}
+	s = score(w, m)
+	if s != bs {
+		return s > bs, s, bs
+	}
+	if m != bm {
+		return m > bm, s, bs
+	}
+	return id < b.id, s, bs
+}
+
+// dupBefore reports whether a node before index i (eligible, if eligible != nil) has the
+// same ID as nodes[i]. Equal IDs have equal hashes, so the scan compares hashes first.
+func dupBefore(nodes []Node, i int, eligible func(int) bool) bool {
+	h, id := nodes[i].hash, nodes[i].id
+	for j := range nodes[:i] {
+		if nodes[j].hash == h && nodes[j].id == id && (eligible == nil || eligible(j)) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstEligible reports whether nodes[i] is the first eligible occurrence of its ID.
+func firstEligible(nodes []Node, i int, eligible func(int) bool) bool {
+	return !dupBefore(nodes, i, eligible)
+}
+
+// pickExact is the slow, duplicate-aware path taken when the winner of the fast pass is
+// a later duplicate of an earlier node (which had a different weight).
+func pickExact(keyHash uint64, nodes []Node, eligible func(int) bool) int {
+	var buf [1]int
+	r := topk(keyHash, nodes, eligible, 1, buf[:0], true)
+	if len(r) == 0 {
+		return -1
+	}
+	return r[0]
+}
+
+// TopK appends to dst[:0] the indices of the first k nodes of the canonical order, best
+// first, and returns the extended slice: TopK(dst, h, nodes, 1) holds [Pick](h, nodes)
+// when that is not -1, and TopK(dst, h, nodes, len(nodes)) equals [Rank](h, nodes).
+// Duplicates collapse to their first occurrence and nodes with weight 0 are omitted, so
+// the result may hold fewer than k indices. k <= 0 returns dst[:0].
+//
+// Cost: O(n) in nodes plus O(k) per insertion into the running top k (expected
+// O(k·log(n/k)) insertions), plus a duplicate scan of the nodes before each result;
+// 0 allocs if cap(dst) >= k. Safe for concurrent use.
+func TopK(dst []int, keyHash uint64, nodes []Node, k int) []int {
+	return TopKFunc(dst, keyHash, nodes, k, nil)
+}
+
+// TopKFunc is [TopK] over the nodes for which eligible(i) reports true (nil: all), with
+// the semantics of [PickFunc]. Cost as TopK plus the calls of eligible.
+func TopKFunc(dst []int, keyHash uint64, nodes []Node, k int, eligible func(i int) bool) []int {
+	dst = topk(keyHash, nodes, eligible, k, dst[:0], false)
+	for _, i := range dst {
+		if dupBefore(nodes, i, eligible) {
+			return topk(keyHash, nodes, eligible, k, dst[:0], true)
+		}
+	}
+	return dst
+}
+
+// topk keeps the running best k in dst (best first). With exact set, a node enters only
+// if it is the first eligible occurrence of its ID; without it, duplicates are treated as
+// distinct nodes (the caller checks the result and retries exactly if needed: if no
+// result is a later duplicate, the result equals the deduplicated one).
+func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, exact bool) []int {
+	if k <= 0 {
+		return dst
+	}
+	var thr key // the k-th entry's key once dst is full
+	for i := range nodes {
+		n := &nodes[i]
+		if n.weight == 0 || (eligible != nil && !eligible(i)) {
+			continue
+		}
+		c := keyOf(kh, n, i)
+		if len(dst) == k {
+			if c.w == thr.w {
+				if c.m < thr.m {
+					continue
+				}
+			} else {
+				if thr.s == 0 {
+					thr.s = score(thr.w, thr.m)
+				}
+				if loses(c.w, c.m, thr.s) {
+					continue
+				}
+			}
+			if !before(&c, &thr) {
+				continue
+			}
+		}
+		if exact && !firstEligible(nodes, i, eligible) {
+			continue
+		}
+		// Insert c at its position, dropping the k-th entry if full.
+		if len(dst) == k {
+			dst = dst[:k-1]
+		}
+		j := len(dst)
+		for j > 0 {
+			o := keyOf(kh, &nodes[dst[j-1]], dst[j-1])
+			if !before(&c, &o) {
+				break
+			}
+			j--
+		}
+		dst = append(dst, 0)
+		copy(dst[j+1:], dst[j:])
+		dst[j] = i
+		if len(dst) == k {
+			last := dst[k-1]
+			thr = keyOf(kh, &nodes[last], last)
+		}
+	}
+	return dst
+}
+
+// Rank returns the indices of all nodes in the canonical order, best first: entry 0 is
+// [Pick]'s winner, entry 1 the runner-up every replica falls back to, and so on.
+// Duplicates collapse to their first occurrence; nodes with weight 0 are omitted (they
+// never win, so they have no rank). It returns an empty, non-nil slice when no node
+// has a positive weight.
+//
+// Cost: O(n log n) in nodes, n ln evaluations when weights differ (none when equal);
+// allocates the result plus O(n) scratch. Safe for concurrent use.
+func Rank(keyHash uint64, nodes []Node) []int {
+	keys := make([]key, 0, len(nodes))
+	seen := make(map[string]struct{}, len(nodes))
+	uniform := true
+	for i := range nodes {
+		n := &nodes[i]
+		if _, dup := seen[n.id]; dup {
+			continue
+		}
+		seen[n.id] = struct{}{}
+		if n.weight == 0 {
+			continue
+		}
+		if len(keys) > 0 && n.weight != keys[0].w {
+			uniform = false
+		}
+		keys = append(keys, keyOf(keyHash, n, i))
+	}
+	sortKeys(keys, uniform)
+	out := make([]int, len(keys))
+	for j := range keys {
+		out[j] = keys[j].i
+	}
+	return out
+}
+
+// sortKeys sorts keys into the canonical order. Scores are computed up front unless all
+// weights are equal (then only m, ID and index are compared).
+func sortKeys(keys []key, uniform bool) {
+	if !uniform {
+		for j := range keys {
+			keys[j].s = score(keys[j].w, keys[j].m)
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		switch {
+		case before(&a, &b):
+			return -1
+		case before(&b, &a):
+			return 1
+		}
+		return 0
+	})
+}

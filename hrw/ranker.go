@@ -1,0 +1,175 @@
+package hrw
+
+import "fmt"
+
+// Ranker is an immutable, validated and deduplicated node set, prepared once for many
+// selections: the snapshot a gateway swaps atomically when its backend list changes.
+// It precomputes whether all weights are equal, in which case every selection takes the
+// ln-free fast path and no duplicate scan is needed.
+//
+// A Ranker is safe for concurrent use by any number of goroutines. Its results are
+// identical to [Pick], [Rank] and [TopK] over the nodes given to [New].
+type Ranker struct {
+	all     []Node // deduplicated, in input order (what Nodes returns)
+	live    []Node // the nodes of all with weight > 0
+	uniform bool   // all live weights are equal
+}
+
+// New returns a Ranker over nodes. Every node must have a non-empty ID ([ErrEmptyID],
+// which also rejects the zero [Node]) and a valid weight ([ErrInvalidWeight]; a Node
+// built by [NewNode] always has one). Duplicate IDs collapse to their first occurrence,
+// as everywhere in this package. An empty set is allowed: Pick then reports false.
+// nodes is copied; the caller may reuse it.
+//
+// Cost: O(n) in nodes, allocates the copies and an O(n) dedup map.
+func New(nodes []Node) (*Ranker, error) {
+	r := &Ranker{all: make([]Node, 0, len(nodes)), uniform: true}
+	seen := make(map[string]struct{}, len(nodes))
+	for i, n := range nodes {
+		if n.id == "" {
+			return nil, fmt.Errorf("%w: node %d", ErrEmptyID, i)
+		}
+		if !validWeight(n.weight) {
+			return nil, fmt.Errorf("%w: %v (node %q)", ErrInvalidWeight, n.weight, n.id)
+		}
+		if _, dup := seen[n.id]; dup {
+			continue
+		}
+		seen[n.id] = struct{}{}
+		r.all = append(r.all, n)
+		if n.weight > 0 {
+			if len(r.live) > 0 && n.weight != r.live[0].weight {
+				r.uniform = false
+			}
+			r.live = append(r.live, n)
+		}
+	}
+	return r, nil
+}
+
+// Len returns the number of distinct nodes (including weight 0). O(1).
+func (r *Ranker) Len() int { return len(r.all) }
+
+// Nodes returns a copy of the distinct nodes in their input order (first occurrences).
+// O(n), allocates the copy.
+func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
+
+// Pick returns the winner for keyHash and true, or the zero Node and false if the set
+// has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
+// Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node.
+func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
+	live := r.live
+	if len(live) == 0 {
+		return Node{}, false
+	}
+	if r.uniform {
+		return live[pickUniform(keyHash, live)], true
+	}
+	return live[pickLive(keyHash, live)], true
+}
+
+// pickUniform is Pick over nodes that are distinct and all of one positive weight.
+func pickUniform(keyHash uint64, nodes []Node) int {
+	bi := 0
+	bm := splitmix64(keyHash^nodes[0].hash) >> 11
+	for i := 1; i < len(nodes); i++ {
+		n := &nodes[i]
+		m := splitmix64(keyHash^n.hash) >> 11
+		if m < bm || (m == bm && n.id >= nodes[bi].id) {
+			continue
+		}
+		bi, bm = i, m
+	}
+	return bi
+}
+
+// pickLive is Pick over distinct nodes with positive weights (no duplicate scan).
+func pickLive(keyHash uint64, nodes []Node) int {
+	bi := 0
+	bn := &nodes[0]
+	bm := splitmix64(keyHash^bn.hash) >> 11
+	bw, bs := bn.weight, 0.0
+	for i := 1; i < len(nodes); i++ {
+		n := &nodes[i]
+		m := splitmix64(keyHash^n.hash) >> 11
+		if n.weight == bw {
+			if m < bm || (m == bm && n.id >= bn.id) {
+				continue
+			}
+			bi, bn, bm, bs = i, n, m, 0
+			continue
+		}
+		win, s, nbs := weighed(n.weight, m, n.id, bn, bm, bs)
+		if win {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, s
+		} else {
+			bs = nbs
+		}
+	}
+	return bi
+}
+
+// Rank returns the nodes with a positive weight in the canonical order, best first
+// (see [Rank]). O(n log n), allocates the result and O(n) scratch.
+func (r *Ranker) Rank(keyHash uint64) []Node {
+	keys := make([]key, len(r.live))
+	for i := range r.live {
+		keys[i] = keyOf(keyHash, &r.live[i], i)
+	}
+	sortKeys(keys, r.uniform)
+	out := make([]Node, len(keys))
+	for j := range keys {
+		out[j] = r.live[keys[j].i]
+	}
+	return out
+}
+
+// TopK appends to dst[:0] the first k nodes of the canonical order, best first, and
+// returns the extended slice (fewer than k if the set has fewer live nodes; k <= 0
+// returns dst[:0]). Same order as [Ranker.Rank].
+// Cost: O(n) in nodes plus O(k) per insertion into the running top k; 0 allocs if
+// cap(dst) >= k.
+func (r *Ranker) TopK(dst []Node, keyHash uint64, k int) []Node {
+	dst = dst[:0]
+	if k <= 0 {
+		return dst
+	}
+	var thr key
+	for i := range r.live {
+		n := &r.live[i]
+		c := keyOf(keyHash, n, 0)
+		if len(dst) == k {
+			if c.w == thr.w {
+				if c.m < thr.m {
+					continue
+				}
+			} else {
+				if thr.s == 0 {
+					thr.s = score(thr.w, thr.m)
+				}
+				if loses(c.w, c.m, thr.s) {
+					continue
+				}
+			}
+			if !before(&c, &thr) {
+				continue
+			}
+			dst = dst[:k-1]
+		}
+		j := len(dst)
+		for j > 0 {
+			o := keyOf(keyHash, &dst[j-1], 0)
+			if !before(&c, &o) {
+				break
+			}
+			j--
+		}
+		dst = append(dst, Node{})
+		copy(dst[j+1:], dst[j:])
+		dst[j] = *n
+		if len(dst) == k {
+			thr = keyOf(keyHash, &dst[k-1], 0)
+		}
+	}
+	return dst
+}
