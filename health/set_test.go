@@ -1,0 +1,418 @@
+package health_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestStateString(t *testing.T) {
+	tests := []struct {
+		s     health.State
+		want  string
+		valid bool
+	}{
+		{health.Healthy, "healthy", true},
+		{health.Draining, "draining", true},
+		{health.Down, "down", true},
+		{3, "State(3)", false},
+		{255, "State(255)", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.s.String())
+			assert.Equal(t, tt.valid, tt.s.Valid())
+		})
+	}
+	var zero health.State
+	assert.Equal(t, health.Healthy, zero, "Healthy is the zero value")
+}
+
+func TestParseState(t *testing.T) {
+	tests := []struct {
+		text    string
+		want    health.State
+		wantErr bool
+	}{
+		{"healthy", health.Healthy, false},
+		{"draining", health.Draining, false},
+		{"down", health.Down, false},
+		{"DOWN", health.Down, false},
+		{"  Draining\n", health.Draining, false},
+		{"", health.Healthy, true},
+		{"up", health.Healthy, true},
+		{"unhealthy", health.Healthy, true},
+		{"State(3)", health.Healthy, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.text), func(t *testing.T) {
+			got, err := health.ParseState(tt.text)
+			if tt.wantErr {
+				require.ErrorIs(t, err, health.ErrUnknownState)
+				assert.Contains(t, err.Error(), fmt.Sprintf("%q", tt.text))
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestStateText(t *testing.T) {
+	type doc struct {
+		States map[string]health.State `json:"states"`
+	}
+	in := doc{States: map[string]health.State{"a": health.Down, "b": health.Draining, "c": health.Healthy}}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"states":{"a":"down","b":"draining","c":"healthy"}}`, string(b))
+
+	var out doc
+	require.NoError(t, json.Unmarshal(b, &out))
+	assert.Equal(t, in, out)
+
+	err = json.Unmarshal([]byte(`{"states":{"a":"dead"}}`), &out)
+	require.ErrorIs(t, err, health.ErrUnknownState)
+
+	_, err = json.Marshal(map[string]health.State{"x": 7})
+	require.ErrorIs(t, err, health.ErrUnknownState)
+}
+
+func TestTransitionString(t *testing.T) {
+	tr := health.Transition{ID: "vllm-0", From: health.Healthy, To: health.Down}
+	assert.Equal(t, "vllm-0: healthy -> down", tr.String())
+}
+
+func TestSetZeroValue(t *testing.T) {
+	for name, s := range map[string]*health.Set{"zero": new(health.Set), "NewSet": health.NewSet()} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, health.Healthy, s.State("never-seen"))
+			assert.True(t, s.AllHealthy())
+			assert.Equal(t, map[string]health.State{}, s.Snapshot())
+		})
+	}
+}
+
+type op struct {
+	id          string
+	to          health.State
+	wantFrom    health.State
+	wantChanged bool
+}
+
+func TestSetSemantics(t *testing.T) {
+	tests := []struct {
+		name        string
+		ops         []op
+		wantSnap    map[string]health.State
+		wantAll     bool
+		wantDeliver []health.Transition
+	}{
+		{
+			name:        "healthy to healthy is a no-op",
+			ops:         []op{{"a", health.Healthy, health.Healthy, false}},
+			wantSnap:    map[string]health.State{},
+			wantAll:     true,
+			wantDeliver: nil,
+		},
+		{
+			name: "down then up",
+			ops: []op{
+				{"a", health.Down, health.Healthy, true},
+				{"a", health.Down, health.Down, false},
+				{"a", health.Healthy, health.Down, true},
+			},
+			wantSnap: map[string]health.State{},
+			wantAll:  true,
+			wantDeliver: []health.Transition{
+				{ID: "a", From: health.Healthy, To: health.Down},
+				{ID: "a", From: health.Down, To: health.Healthy},
+			},
+		},
+		{
+			name: "draining to down keeps other ids",
+			ops: []op{
+				{"a", health.Draining, health.Healthy, true},
+				{"b", health.Down, health.Healthy, true},
+				{"a", health.Down, health.Draining, true},
+				{"c", health.Healthy, health.Healthy, false},
+				{"b", health.Draining, health.Down, true},
+			},
+			wantSnap: map[string]health.State{"a": health.Down, "b": health.Draining},
+			wantAll:  false,
+			wantDeliver: []health.Transition{
+				{ID: "a", From: health.Healthy, To: health.Draining},
+				{ID: "b", From: health.Healthy, To: health.Down},
+				{ID: "a", From: health.Draining, To: health.Down},
+				{ID: "b", From: health.Down, To: health.Draining},
+			},
+		},
+		{
+			name: "invalid state is ignored",
+			ops: []op{
+				{"a", health.Down, health.Healthy, true},
+				{"a", health.State(9), health.Down, false},
+				{"b", health.State(3), health.Healthy, false},
+			},
+			wantSnap:    map[string]health.State{"a": health.Down},
+			wantDeliver: []health.Transition{{ID: "a", From: health.Healthy, To: health.Down}},
+		},
+		{
+			name: "empty id is an ordinary key",
+			ops: []op{
+				{"", health.Down, health.Healthy, true},
+			},
+			wantSnap:    map[string]health.State{"": health.Down},
+			wantDeliver: []health.Transition{{ID: "", From: health.Healthy, To: health.Down}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s health.Set
+			var got []health.Transition
+			s.Subscribe(func(tr health.Transition) { got = append(got, tr) })
+			for i, o := range tt.ops {
+				from, changed := s.Set(o.id, o.to)
+				assert.Equal(t, o.wantFrom, from, "op %d from", i)
+				assert.Equal(t, o.wantChanged, changed, "op %d changed", i)
+			}
+			assert.Equal(t, tt.wantSnap, s.Snapshot())
+			assert.Equal(t, tt.wantAll, s.AllHealthy())
+			for id, st := range tt.wantSnap {
+				assert.Equal(t, st, s.State(id), "State(%q)", id)
+			}
+			assert.Equal(t, tt.wantDeliver, got)
+		})
+	}
+}
+
+func TestSetMarkHelpers(t *testing.T) {
+	var s health.Set
+	steps := []struct {
+		name string
+		fn   func(string) bool
+		want bool
+		then health.State
+	}{
+		{"MarkUp on healthy", s.MarkUp, false, health.Healthy},
+		{"MarkDraining", s.MarkDraining, true, health.Draining},
+		{"MarkDraining again", s.MarkDraining, false, health.Draining},
+		{"MarkDown", s.MarkDown, true, health.Down},
+		{"MarkDown again", s.MarkDown, false, health.Down},
+		{"MarkUp", s.MarkUp, true, health.Healthy},
+		{"MarkUp again", s.MarkUp, false, health.Healthy},
+	}
+	for _, st := range steps {
+		assert.Equal(t, st.want, st.fn("b1"), st.name)
+		assert.Equal(t, st.then, s.State("b1"), st.name)
+	}
+}
+
+func TestSetSnapshotIsACopy(t *testing.T) {
+	var s health.Set
+	s.MarkDown("a")
+	snap := s.Snapshot()
+	snap["a"] = health.Healthy
+	snap["b"] = health.Down
+	assert.Equal(t, map[string]health.State{"a": health.Down}, s.Snapshot())
+	assert.Equal(t, health.Healthy, s.State("b"))
+
+	s.MarkDraining("c")
+	assert.Len(t, snap, 2, "an earlier snapshot does not change")
+}
+
+func TestSetReadsDoNotAllocate(t *testing.T) {
+	var s health.Set
+	assert.Equal(t, 0.0, testing.AllocsPerRun(100, func() { _ = s.State("x") }))
+	s.MarkDown("a")
+	s.MarkDraining("b")
+	assert.Equal(t, 0.0, testing.AllocsPerRun(100, func() {
+		_ = s.State("a")
+		_ = s.State("zzz")
+		_ = s.AllHealthy()
+	}))
+	assert.Equal(t, 0.0, testing.AllocsPerRun(100, func() { s.MarkDown("a") }), "a no-op write does not allocate")
+}
+
+func TestSubscribeOnlySeesLaterTransitions(t *testing.T) {
+	var s health.Set
+	s.MarkDown("before")
+	var got []health.Transition
+	unsub := s.Subscribe(func(tr health.Transition) { got = append(got, tr) })
+	s.MarkDown("after")
+	s.MarkUp("before")
+	unsub()
+	s.MarkUp("after")
+	unsub() // idempotent
+	assert.Equal(t, []health.Transition{
+		{ID: "after", From: health.Healthy, To: health.Down},
+		{ID: "before", From: health.Down, To: health.Healthy},
+	}, got)
+}
+
+func TestSubscribeNil(t *testing.T) {
+	var s health.Set
+	unsub := s.Subscribe(nil)
+	assert.True(t, s.MarkDown("a"))
+	unsub()
+}
+
+func TestSubscribersInOrderOfSubscription(t *testing.T) {
+	var s health.Set
+	var got []string
+	for _, name := range []string{"first", "second", "third"} {
+		s.Subscribe(func(tr health.Transition) { got = append(got, name+" "+tr.String()) })
+	}
+	s.MarkDown("a")
+	s.MarkDraining("b")
+	assert.Equal(t, []string{
+		"first a: healthy -> down", "second a: healthy -> down", "third a: healthy -> down",
+		"first b: healthy -> draining", "second b: healthy -> draining", "third b: healthy -> draining",
+	}, got)
+}
+
+func TestReentrantSubscriber(t *testing.T) {
+	var s health.Set
+	var log []string
+	var unsubLate func()
+	s.Subscribe(func(tr health.Transition) {
+		log = append(log, "enter "+tr.String())
+		switch tr.ID {
+		case "a":
+			if tr.To == health.Down {
+				// Calls back into the Set from inside delivery: queued, no deadlock.
+				assert.Equal(t, health.Down, s.State("a"))
+				unsubLate = s.Subscribe(func(tr health.Transition) { log = append(log, "late "+tr.String()) })
+				assert.True(t, s.MarkDraining("b"))
+				assert.Equal(t, health.Draining, s.State("b"), "the state changes at once")
+			}
+		case "b":
+			switch tr.To {
+			case health.Draining:
+				assert.True(t, s.MarkDown("b"))
+			case health.Down:
+				// Unsubscribing from inside delivery: late does not get this transition
+				// although it was subscribed when the change happened.
+				unsubLate()
+			}
+		}
+		log = append(log, "exit "+tr.ID)
+	})
+	assert.True(t, s.MarkDown("a"))
+	assert.Equal(t, []string{
+		"enter a: healthy -> down", "exit a",
+		"enter b: healthy -> draining", "exit b",
+		"late b: healthy -> draining",
+		"enter b: draining -> down", "exit b",
+	}, log)
+}
+
+func TestPanickingSubscriberDoesNotStallDelivery(t *testing.T) {
+	var s health.Set
+	var got []health.Transition
+	s.Subscribe(func(tr health.Transition) {
+		if tr.ID == "boom" {
+			panic("subscriber bug")
+		}
+		got = append(got, tr)
+	})
+	assert.PanicsWithValue(t, "subscriber bug", func() { s.MarkDown("boom") })
+	assert.Equal(t, health.Down, s.State("boom"), "the change itself took effect")
+	assert.True(t, s.MarkDown("ok"))
+	assert.Equal(t, []health.Transition{{ID: "ok", From: health.Healthy, To: health.Down}}, got)
+}
+
+// TestSubscriberOrderingUnderConcurrency flips IDs from many goroutines. The subscriber
+// keeps no lock of its own: the race detector proves calls never overlap and are ordered
+// by happens-before, and the per-ID chains prove delivery follows the order of changes.
+func TestSubscriberOrderingUnderConcurrency(t *testing.T) {
+	tests := []struct {
+		name       string
+		goroutines int
+		ids        func(g int) string
+	}{
+		{"distinct ids", 8, func(g int) string { return fmt.Sprintf("b%d", g) }},
+		{"one shared id", 8, func(int) string { return "shared" }},
+		{"pairs share ids", 8, func(g int) string { return fmt.Sprintf("p%d", g/2) }},
+	}
+	const flips = 300
+	cycle := []health.State{health.Down, health.Draining, health.Healthy, health.Down, health.Healthy}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s health.Set
+			var (
+				got      []health.Transition // no lock: calls are serialized by the Set
+				inFlight atomic.Int32
+				overlap  atomic.Bool
+			)
+			s.Subscribe(func(tr health.Transition) {
+				if inFlight.Add(1) != 1 {
+					overlap.Store(true)
+				}
+				got = append(got, tr)
+				inFlight.Add(-1)
+			})
+			var changes atomic.Int64
+			var wg sync.WaitGroup
+			for g := range tt.goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := tt.ids(g)
+					for i := range flips {
+						if _, changed := s.Set(id, cycle[(i+g)%len(cycle)]); changed {
+							changes.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+
+			require.False(t, overlap.Load(), "subscriber calls overlapped")
+			require.Len(t, got, int(changes.Load()), "every change delivered exactly once")
+			last := map[string]health.State{}
+			for i, tr := range got {
+				require.NotEqual(t, tr.From, tr.To, "transition %d is a no-op", i)
+				require.Equal(t, last[tr.ID], tr.From, "transition %d (%v) does not follow the previous one of its ID", i, tr)
+				last[tr.ID] = tr.To
+			}
+			for g := range tt.goroutines {
+				id := tt.ids(g)
+				assert.Equal(t, s.State(id), last[id], "final delivered state of %s matches the Set", id)
+			}
+		})
+	}
+}
+
+func TestUnsubscribeConcurrentWithWriters(t *testing.T) {
+	var s health.Set
+	var calls atomic.Int64
+	unsub := s.Subscribe(func(health.Transition) { calls.Add(1) })
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("b%d", g)
+			for range 200 {
+				s.MarkDown(id)
+				s.MarkUp(id)
+			}
+		}()
+	}
+	unsub()
+	after := calls.Load()
+	wg.Wait()
+	// Once unsub has returned, at most one call that was already in progress can finish.
+	assert.LessOrEqual(t, calls.Load(), after+1)
+}
