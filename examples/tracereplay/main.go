@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// defaultTrace is the Mooncake conversation trace relative to examples/ (the directory
+// `go run -C examples ./tracereplay` runs in).
+const defaultTrace = "../../shared/traces/mooncake_conversation_trace.jsonl"
+
+// defaultCacheShare sizes the per-backend cache: 20 % of the trace's distinct blocks,
+// split over the backends (so the total cache is the same whatever N).
+const defaultCacheShare = 0.20
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "tracereplay:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type options struct {
+	trace       string
+	backends    int
+	cacheBlocks int
+	policies    string
+	seed        uint64
+	ttl         time.Duration
+	down        string
+	csv, plot   string
+	quiet       bool
+	strict      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("tracereplay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.trace, "trace", defaultTrace, "Mooncake-format JSONL trace")
+	fs.IntVar(&o.backends, "backends", 8, "number of simulated backends N")
+	fs.IntVar(&o.cacheBlocks, "cache-blocks", 0, "prefix-cache capacity per backend in 512-token blocks (0: 20 % of the trace's distinct blocks / N)")
+	fs.StringVar(&o.policies, "policies", strings.Join(PolicyNames, ","), "comma-separated policies to replay")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random policy")
+	fs.DurationVar(&o.ttl, "ttl", 30*time.Minute, "Scheduler sticky TTL in trace time (whole seconds; 0 disables affinity)")
+	fs.StringVar(&o.down, "down", "", `backend outages in trace time, e.g. "2:600s-900s,5:20m-" (INDEX:DOWN-UP; empty UP: stays down)`)
+	fs.StringVar(&o.csv, "csv", "", "also write the results as CSV to this file")
+	fs.StringVar(&o.plot, "plot", "", "also write a PNG chart (hit ratio vs p99 per policy) to this file")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress bar")
+	fs.BoolVar(&o.strict, "strict", false, "fail on any malformed trace line (default: report and skip them)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.backends < 1 {
+		return nil, fmt.Errorf("-backends %d: want >= 1", o.backends)
+	}
+	if o.cacheBlocks < 0 {
+		return nil, fmt.Errorf("-cache-blocks %d: want >= 0", o.cacheBlocks)
+	}
+	if o.ttl < 0 {
+		return nil, fmt.Errorf("-ttl %v: want >= 0", o.ttl)
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	events, err := ParseEvents(o.down, o.backends)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for n := range strings.SplitSeq(o.policies, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	f, err := os.Open(o.trace)
+	if err != nil {
+		return err
+	}
+	tr, err := ReadTrace(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.trace, err)
+	}
+	if len(tr.Skipped) > 0 {
+		for i, e := range tr.Skipped {
+			if i == 10 {
+				fmt.Fprintf(stderr, "… and %d more\n", len(tr.Skipped)-10)
+				break
+			}
+			fmt.Fprintf(stderr, "%s: skipped %v\n", filepath.Base(o.trace), e)
+		}
+		if o.strict {
+			return fmt.Errorf("%s: %d malformed line(s) (-strict)", o.trace, len(tr.Skipped))
+		}
+	}
+	reqs := tr.Requests
+	facts := ComputeFacts(reqs)
+	global := GlobalPrefix(reqs)
+	sess := ReconstructSessions(reqs, global)
+	ids := SessionIDs(sess)
+	cacheBlocks := o.cacheBlocks
+	if cacheBlocks == 0 {
+		cacheBlocks = max(1, int(defaultCacheShare*float64(facts.DistinctBlocks)/float64(o.backends)))
+	}
+
+	cfgP := PolicyConfig{Backends: o.backends, Seed: o.seed, TTL: o.ttl, Global: global}
+	policies := make([]Policy, 0, len(names))
+	for _, n := range names {
+		p, err := NewPolicy(n, cfgP)
+		if err != nil {
+			return err
+		}
+		policies = append(policies, p)
+	}
+
+	writeHeader(stdout, filepath.Base(o.trace), facts, global, sess)
+	fmt.Fprintf(stdout, "\nN = %d backends, cache %d blocks/backend (%.1f %% of distinct blocks in total), Scheduler TTL %v (trace time), model: %s",
+		o.backends, cacheBlocks, 100*float64(cacheBlocks*o.backends)/float64(max(facts.DistinctBlocks, 1)), o.ttl, describeModel(DefaultModel))
+	if len(events) > 0 {
+		fmt.Fprintf(stdout, ", outages: %s", o.down)
+	}
+	fmt.Fprint(stdout, "\n\n")
+
+	bar := progressbar.NewOptions(len(reqs)*len(policies),
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetVisibility(!o.quiet && isTerminal(stderr)),
+		progressbar.OptionSetDescription("replaying"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	cfgR := ReplayConfig{Backends: o.backends, CacheBlocks: cacheBlocks, Model: DefaultModel, Events: events}
+	results := make([]*Result, 0, len(policies))
+	for k, p := range policies {
+		base := k * len(reqs)
+		bar.Describe("replaying " + p.Name())
+		res, err := Replay(reqs, sess, ids, p, cfgR, func(done int) { _ = bar.Set(base + done) })
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	_ = bar.Finish()
+
+	rows := Rows(results, o.backends, cacheBlocks)
+	if err := WriteMarkdown(stdout, rows); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.ReportsHit {
+			fmt.Fprintf(stdout, "\n%s: %d affinity hits, %d misses (hits / all requests = %.1f %%).\n",
+				r.Policy, r.Hits, r.Misses, 100*float64(r.Hits)/float64(max(r.Hits+r.Misses, 1)))
+		}
+	}
+	if o.csv != "" {
+		if err := writeFile(o.csv, func(w io.Writer) error { return WriteCSV(w, rows) }); err != nil {
+			return err
+		}
+	}
+	if o.plot != "" {
+		title := fmt.Sprintf("%s, N = %d, %d blocks/backend", filepath.Base(o.trace), o.backends, cacheBlocks)
+		if err := SavePlot(o.plot, title, rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeHeader(w io.Writer, name string, f Facts, global []int64, s *Sessions) {
+	fmt.Fprintf(w, "trace %s: %d requests over %.1f min, %d distinct blocks, %.1fM input / %.1fM output tokens\n",
+		name, f.Requests, float64(f.Duration)/60000, f.DistinctBlocks, float64(f.InputTokens)/1e6, float64(f.OutputTokens)/1e6)
+	fmt.Fprintf(w, "ideal prefix hit ratio (one infinite cache): %.2f %%\n", 100*f.IdealHitRatio)
+	fmt.Fprintf(w, "global prefix: %d block(s); sessions: %d, continuing turns: %d (%.1f %%), longest session: %d turns\n\n",
+		len(global), s.Count, s.Continuing, 100*float64(s.Continuing)/float64(max(f.Requests, 1)), s.MaxTurns())
+	fmt.Fprintln(w, "| turns/session | sessions | requests |\n|---:|---:|---:|")
+	for _, b := range s.TurnsHistogram() {
+		fmt.Fprintf(w, "| %s | %d | %d |\n", b.Label, b.Sessions, b.Turns)
+	}
+}
+
+func describeModel(m ServiceModel) string {
+	return fmt.Sprintf("FIFO, service = %v + %v/uncached prompt token + %v/output token",
+		m.Overhead, m.PrefillPerToken, m.DecodePerToken)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
