@@ -1,0 +1,354 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults applied by [NewProber] to zero fields of [ProbeConfig].
+const (
+	DefaultProbePath        = "/health" // what vLLM, SGLang and TGI serve
+	DefaultIntervalSeconds  = 5.0
+	DefaultTimeoutSeconds   = 2.0
+	DefaultFailureThreshold = 3
+	DefaultSuccessThreshold = 2
+)
+
+// Errors returned (wrapped with the field or target and the offending value) by
+// [ProbeConfig.Validate] and [NewProber].
+var (
+	ErrInvalidProbeConfig = errors.New("health: invalid probe config")
+	ErrInvalidTarget      = errors.New("health: invalid probe target")
+	ErrDuplicateTarget    = errors.New("health: duplicate probe target ID")
+)
+
+// ProbeConfig configures a [Prober]. It is plain data (YAML/JSON tags); a zero field
+// takes its default. Negative values are errors.
+type ProbeConfig struct {
+	// Path is requested on every target's base URL; it must start with "/".
+	// Default "/health".
+	Path string `yaml:"path" json:"path"`
+	// IntervalSeconds is the time between the starts of two probe rounds, in seconds.
+	// Default 5. A round that takes longer than the interval delays the next one (ticks
+	// are dropped, never queued).
+	IntervalSeconds float64 `yaml:"interval_seconds" json:"interval_seconds"`
+	// TimeoutSeconds bounds each probe request (connect, headers and body), in seconds;
+	// a probe that times out is a failure. Default 2.
+	TimeoutSeconds float64 `yaml:"timeout_seconds" json:"timeout_seconds"`
+	// FailureThreshold is the number of consecutive failed probes that mark a Healthy
+	// target Down. Default 3.
+	FailureThreshold int `yaml:"failure_threshold" json:"failure_threshold"`
+	// SuccessThreshold is the number of consecutive successful probes that mark a Down
+	// target Healthy again. Default 2.
+	SuccessThreshold int `yaml:"success_threshold" json:"success_threshold"`
+}
+
+// Validate reports the first invalid field as an error wrapping [ErrInvalidProbeConfig]
+// that names the field (by its YAML key) and its value. Zero fields are valid (defaults).
+func (c ProbeConfig) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolved is a validated ProbeConfig with defaults applied.
+type resolved struct {
+	path             string
+	interval         time.Duration
+	timeout          time.Duration
+	failureThreshold int
+	successThreshold int
+}
+
+func (c ProbeConfig) resolve() (resolved, error) {
+	r := resolved{
+		path:             c.Path,
+		failureThreshold: c.FailureThreshold,
+		successThreshold: c.SuccessThreshold,
+	}
+	if r.path == "" {
+		r.path = DefaultProbePath
+	} else if !strings.HasPrefix(r.path, "/") {
+		return r, fmt.Errorf("%w: path %q must start with \"/\"", ErrInvalidProbeConfig, c.Path)
+	}
+	var err error
+	if r.interval, err = seconds("interval_seconds", c.IntervalSeconds, DefaultIntervalSeconds); err != nil {
+		return r, err
+	}
+	if r.timeout, err = seconds("timeout_seconds", c.TimeoutSeconds, DefaultTimeoutSeconds); err != nil {
+		return r, err
+	}
+	switch {
+	case r.failureThreshold < 0:
+		return r, fmt.Errorf("%w: failure_threshold %d must be >= 0 (0 means %d)",
+			ErrInvalidProbeConfig, c.FailureThreshold, DefaultFailureThreshold)
+	case r.failureThreshold == 0:
+		r.failureThreshold = DefaultFailureThreshold
+	}
+	switch {
+	case r.successThreshold < 0:
+		return r, fmt.Errorf("%w: success_threshold %d must be >= 0 (0 means %d)",
+			ErrInvalidProbeConfig, c.SuccessThreshold, DefaultSuccessThreshold)
+	case r.successThreshold == 0:
+		r.successThreshold = DefaultSuccessThreshold
+	}
+	return r, nil
+}
+
+// seconds converts a config value in seconds to a positive Duration.
+func seconds(field string, v, def float64) (time.Duration, error) {
+	if v == 0 {
+		v = def
+	}
+	if math.IsNaN(v) || v < 0 || v*float64(time.Second) >= math.MaxInt64 {
+		return 0, fmt.Errorf("%w: %s %v must be a finite number >= 0", ErrInvalidProbeConfig, field, v)
+	}
+	d := time.Duration(v * float64(time.Second))
+	if d <= 0 {
+		return 0, fmt.Errorf("%w: %s %v is below one nanosecond", ErrInvalidProbeConfig, field, v)
+	}
+	return d, nil
+}
+
+// Target is one backend to probe.
+type Target struct {
+	// ID is the backend ID reported in Transitions; non-empty and unique per Prober.
+	ID string `yaml:"id" json:"id"`
+	// URL is the backend's base URL, e.g. "http://10.0.0.5:8000"; an http or https URL
+	// with a host and no query or fragment. The probe requests URL + Path.
+	URL string `yaml:"url" json:"url"`
+}
+
+// ProberOption configures [NewProber]; options are code seams, not configuration.
+type ProberOption interface{ apply(*Prober) }
+
+type proberOptionFunc func(*Prober)
+
+func (f proberOptionFunc) apply(p *Prober) { f(p) }
+
+// WithHTTPClient makes the Prober send probes with c (its Transport, redirect policy and
+// Timeout apply, in addition to the per-probe timeout). nil means the default: a client
+// on http.DefaultTransport that does not follow redirects (a 3xx is a failure).
+func WithHTTPClient(c *http.Client) ProberOption {
+	return proberOptionFunc(func(p *Prober) {
+		if c != nil {
+			p.client = c
+		}
+	})
+}
+
+// WithTicks makes [Prober.Run] start a round on every value received from ticks instead
+// of on its own interval ticker (for tests and for callers that schedule rounds). nil
+// means the default ticker.
+func WithTicks(ticks <-chan time.Time) ProberOption {
+	return proberOptionFunc(func(p *Prober) { p.ticks = ticks })
+}
+
+// WithObserver adds fn to the functions called with every transition of a target (only
+// Healthy -> Down and Down -> Healthy). Observers are called one at a time, in the order
+// the transitions happened, outside the Prober's locks, with the delivery rules of
+// [Set.Subscribe]; with several WithObserver options each transition goes to all of them
+// in option order. Typical use: WithObserver(scheduler.OnHealthChange). nil is ignored.
+func WithObserver(fn func(Transition)) ProberOption {
+	return proberOptionFunc(func(p *Prober) {
+		if fn != nil {
+			p.observers = append(p.observers, fn)
+		}
+	})
+}
+
+// Prober is an optional active health checker for users who have none: it sends an HTTP
+// GET to every target's URL + Path each interval and tracks consecutive results. A target
+// starts Healthy; FailureThreshold consecutive failures mark it Down, then
+// SuccessThreshold consecutive successes mark it Healthy again. A 2xx response is a
+// success; any other status, a transport error (e.g. connection refused) or a timeout is a
+// failure. The Prober never reports Draining.
+//
+// It starts no goroutine of its own outside [Prober.Run] and [Prober.ProbeOnce], and those
+// join every goroutine they start before returning. Rounds are serialized: concurrent
+// calls of ProbeOnce or Run take turns. All methods are safe for concurrent use.
+type Prober struct {
+	cfg       resolved
+	targets   []probeTarget
+	client    *http.Client
+	ticks     <-chan time.Time
+	observers []func(Transition)
+	states    Set // mirror of the targets' states; delivers observer calls
+
+	roundMu sync.Mutex // serializes rounds; guards targets[i].fails/succs/state
+}
+
+type probeTarget struct {
+	id, url      string
+	fails, succs int
+	state        State
+}
+
+// NewProber validates cfg and targets and returns a Prober with every target Healthy.
+// Errors wrap [ErrInvalidProbeConfig], [ErrInvalidTarget] (empty ID, or a URL that is not
+// an absolute http(s) URL with a host and without query or fragment) or
+// [ErrDuplicateTarget], naming the offending value. An empty targets list is valid (rounds
+// do nothing). Cost: O(targets); nothing is sent until a round runs.
+func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober, error) {
+	rc, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	p := &Prober{cfg: rc, targets: make([]probeTarget, 0, len(targets))}
+	seen := make(map[string]int, len(targets))
+	for i, t := range targets {
+		if t.ID == "" {
+			return nil, fmt.Errorf("%w: targets[%d] has an empty ID (url %q)", ErrInvalidTarget, i, t.URL)
+		}
+		if j, dup := seen[t.ID]; dup {
+			return nil, fmt.Errorf("%w: %q at targets[%d] and targets[%d]", ErrDuplicateTarget, t.ID, j, i)
+		}
+		seen[t.ID] = i
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
+			return nil, fmt.Errorf("%w: target %q url %q (want http(s)://host[:port][/prefix])",
+				ErrInvalidTarget, t.ID, t.URL)
+		}
+		p.targets = append(p.targets, probeTarget{
+			id:  t.ID,
+			url: strings.TrimSuffix(t.URL, "/") + rc.path,
+		})
+	}
+	for _, o := range opts {
+		o.apply(p)
+	}
+	if p.client == nil {
+		p.client = &http.Client{
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	for _, fn := range p.observers {
+		p.states.Subscribe(fn)
+	}
+	return p, nil
+}
+
+// State returns the prober's current view of target id (Healthy for an unknown ID).
+// Lock-free, 0 allocs.
+func (p *Prober) State(id string) State { return p.states.State(id) }
+
+// Run probes every target once immediately, then once per tick (every IntervalSeconds,
+// or per value from [WithTicks]), in the calling goroutine, until ctx is done. It returns
+// nil when ctx is done (cancellation is the normal way to stop) or when the [WithTicks]
+// channel is closed; it never returns another error. A round in progress when ctx is done
+// is cut short (its requests are cancelled and not counted) and joined before Run
+// returns: no goroutine outlives Run.
+func (p *Prober) Run(ctx context.Context) error {
+	ticks := p.ticks
+	if ticks == nil {
+		t := time.NewTicker(p.cfg.interval)
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.ProbeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-ticks:
+			if !ok {
+				return nil
+			}
+		}
+	}
+}
+
+// ProbeOnce runs one synchronous round: every target is probed in its own goroutine, all
+// are joined, then results are applied in target order and the resulting transitions are
+// delivered to observers (outside the Prober's locks) before ProbeOnce returns — unless
+// another goroutine is delivering, which then delivers them in order. Probes that fail
+// because ctx is done are not counted. A round takes at most about TimeoutSeconds.
+func (p *Prober) ProbeOnce(ctx context.Context) {
+	p.roundMu.Lock()
+	ok, counted := p.probeAll(ctx)
+	turn := false
+	for i := range p.targets {
+		if !counted[i] {
+			continue
+		}
+		if to, changed := p.targets[i].record(ok[i], p.cfg); changed {
+			_, _, t := p.states.update(p.targets[i].id, to)
+			turn = turn || t
+		}
+	}
+	p.roundMu.Unlock()
+	if turn {
+		p.states.deliver()
+	}
+}
+
+// probeAll probes every target in parallel and joins them. ok[i] is the result of target
+// i; counted[i] is false for a failure caused by ctx being done.
+func (p *Prober) probeAll(ctx context.Context) (ok, counted []bool) {
+	ok = make([]bool, len(p.targets))
+	counted = make([]bool, len(p.targets))
+	var wg sync.WaitGroup
+	for i := range p.targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok[i] = p.probe(ctx, p.targets[i].url)
+			counted[i] = ok[i] || ctx.Err() == nil
+		}()
+	}
+	wg.Wait()
+	return ok, counted
+}
+
+// probe sends one GET and reports whether it returned 2xx within the timeout.
+func (p *Prober) probe(ctx context.Context, target string) bool {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return false
+	}
+	// Drain a little of the body so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	return resp.StatusCode >= 200 && resp.StatusCode <= 299
+}
+
+// record applies one probe result and returns the new state if it changed.
+func (t *probeTarget) record(ok bool, cfg resolved) (State, bool) {
+	if ok {
+		t.fails = 0
+		if t.succs < cfg.successThreshold {
+			t.succs++
+		}
+		if t.state == Down && t.succs >= cfg.successThreshold {
+			t.state = Healthy
+			return Healthy, true
+		}
+		return t.state, false
+	}
+	t.succs = 0
+	if t.fails < cfg.failureThreshold {
+		t.fails++
+	}
+	if t.state == Healthy && t.fails >= cfg.failureThreshold {
+		t.state = Down
+		return Down, true
+	}
+	return t.state, false
+}
