@@ -124,8 +124,8 @@ func (s *Set) Snapshot() map[string]State {
 //   - fn may call back into s (State, Set, MarkDown, Subscribe, its own unsubscribe ...):
 //     a change it makes is queued and delivered after the current call returns, in order;
 //     it does not deadlock;
-//   - after unsubscribe returns, fn is not called again, except that a call already in
-//     progress on another goroutine finishes.
+//   - after unsubscribe returns, fn is not called again, except for at most one call
+//     that another goroutine holding the delivery turn had already begun.
 //
 // fn should be fast: while it runs, later transitions wait in the queue (writers do not
 // block, but the goroutine holding the turn does). fn must not panic; if it does, the
