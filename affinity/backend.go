@@ -1,0 +1,64 @@
+package affinity
+
+import (
+	"fmt"
+
+	"github.com/agentserve/sessionaffinity/hrw"
+)
+
+// Backend is one inference server a session can be bound to: a stable ID (what HRW
+// hashes and what bindings remember), an address (opaque to this package; typically a base
+// URL) and a relative weight. Build it once with [NewBackend] (which precomputes the ID
+// hash) and reuse it across calls; it is 48 bytes and cheap to pass by value. The zero
+// Backend is invalid (empty ID): SelectBackend rejects it with ErrInvalidBackend.
+type Backend struct {
+	node hrw.Node
+	addr string
+}
+
+// NewBackend validates and builds a Backend. id must be non-empty; weight 0 means 1 (the
+// default), otherwise it must be positive and finite (negative, NaN or Inf is
+// ErrInvalidBackend wrapping hrw.ErrInvalidWeight). HRW shares are proportional to weight.
+// addr is stored as is. Cost: one xxh3 hash of id.
+func NewBackend(id, addr string, weight float64) (Backend, error) {
+	if id == "" {
+		return Backend{}, fmt.Errorf("%w: empty ID (addr %s)", ErrInvalidBackend, errTrunc(addr))
+	}
+	if weight == 0 {
+		weight = 1
+	}
+	n, err := hrw.NewNode(id, weight)
+	if err != nil {
+		return Backend{}, fmt.Errorf("%w: %s: %w", ErrInvalidBackend, errTrunc(id), err)
+	}
+	if n.Weight() <= 0 { // weight was negative zero or NaN slipped through: be strict
+		return Backend{}, fmt.Errorf("%w: %s: weight %v: %w", ErrInvalidBackend, errTrunc(id), weight, hrw.ErrInvalidWeight)
+	}
+	return Backend{node: n, addr: addr}, nil
+}
+
+// MustBackend is NewBackend that panics on error, for static backend lists in code and
+// examples.
+func MustBackend(id, addr string, weight float64) Backend {
+	b, err := NewBackend(id, addr, weight)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// ID returns the backend's stable ID ("" for the zero Backend).
+func (b Backend) ID() string { return b.node.ID() }
+
+// Addr returns the address given to NewBackend.
+func (b Backend) Addr() string { return b.addr }
+
+// Weight returns the relative HRW weight (1 when NewBackend got 0; 0 for the zero Backend).
+func (b Backend) Weight() float64 { return b.node.Weight() }
+
+// Node returns the hrw.Node of the backend (ID, precomputed hash, weight), for callers
+// that want to reproduce placements with package hrw.
+func (b Backend) Node() hrw.Node { return b.node }
+
+// String returns "id@addr".
+func (b Backend) String() string { return b.node.ID() + "@" + b.addr }

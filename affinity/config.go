@@ -1,0 +1,183 @@
+package affinity
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Defaults applied by [New] and [NewTable] to a zero or omitted [Config] field.
+const (
+	// DefaultStickyTTLSeconds is the sticky TTL when sticky_ttl_seconds is omitted (nil).
+	DefaultStickyTTLSeconds = 1800
+	// DefaultMaxBindings is the binding cap when max_bindings is 0.
+	DefaultMaxBindings = 1 << 20
+	// DefaultMaxSessionIDBytes is the session ID limit when max_session_id_bytes is 0.
+	DefaultMaxSessionIDBytes = 256
+	// MaxTierBytes is the longest tier name accepted (the key stores its length in one byte).
+	MaxTierBytes = 255
+	// MaxStickyTTLSeconds is the largest TTL accepted: its nanoseconds must fit an int64
+	// (about 292 years).
+	MaxStickyTTLSeconds = math.MaxInt64 / int64(time.Second)
+	// MaxMaxBindings is the largest max_bindings accepted (2^31).
+	MaxMaxBindings = 1 << 31
+	// maxTTLClasses bounds the number of distinct non-zero TTLs (default + tier overrides);
+	// an insert costs O(distinct TTLs), see [Table].
+	maxTTLClasses = 64
+)
+
+// Config is the plain-data configuration of a [Scheduler] (and a [Table]), validated once
+// by [New]. Its yaml/json keys are the ones in the project's DESIGN.md. The zero value is
+// valid and means: TTL 1800 s, 1,048,576 bindings, 256-byte session IDs, no tier overrides.
+type Config struct {
+	// StickyTTLSeconds is the sliding TTL of a binding in seconds. nil (key omitted) means
+	// DefaultStickyTTLSeconds (1800); 0 disables affinity (every call is a miss returning
+	// the HRW winner and nothing is stored); negative or above MaxStickyTTLSeconds is
+	// ErrInvalidConfig. Use [TTLSeconds] to build one in code.
+	StickyTTLSeconds *int64 `yaml:"sticky_ttl_seconds,omitempty" json:"sticky_ttl_seconds,omitempty"`
+	// MaxBindings caps the number of stored bindings; 0 means DefaultMaxBindings
+	// (1,048,576). At the cap the least-recently-used binding (of the shard the new
+	// binding goes to) is evicted and counted. Negative or above MaxMaxBindings is
+	// ErrInvalidConfig.
+	MaxBindings int `yaml:"max_bindings" json:"max_bindings"`
+	// MaxSessionIDBytes is the longest session ID accepted, in bytes; 0 means
+	// DefaultMaxSessionIDBytes (256). Negative is ErrInvalidConfig. Session IDs up to 256
+	// bytes (with tiers up to 255 bytes) are looked up without allocating.
+	MaxSessionIDBytes int `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
+	// Tiers overrides the TTL per tier name (at most MaxTierBytes bytes each). A tier not
+	// listed, or listed with a nil TTL, uses StickyTTLSeconds. At most 64 distinct
+	// non-zero TTL values overall.
+	Tiers map[string]TierConfig `yaml:"tiers,omitempty" json:"tiers,omitempty"`
+}
+
+// TierConfig is the per-tier part of [Config].
+type TierConfig struct {
+	// StickyTTLSeconds overrides Config.StickyTTLSeconds for this tier; nil inherits it,
+	// 0 disables affinity for this tier only. Same limits as Config.StickyTTLSeconds.
+	StickyTTLSeconds *int64 `yaml:"sticky_ttl_seconds,omitempty" json:"sticky_ttl_seconds,omitempty"`
+}
+
+// TTLSeconds returns a pointer to n, for building a Config in code:
+// Config{StickyTTLSeconds: TTLSeconds(0)} disables affinity.
+func TTLSeconds(n int64) *int64 { return &n }
+
+// Validate reports the first invalid field as an error wrapping ErrInvalidConfig that
+// names the field by its yaml/json key and shows the value. It does not modify c.
+func (c Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolved is a validated Config with the defaults applied.
+type resolved struct {
+	defTTL      time.Duration // 0 = disabled
+	maxBindings int
+	maxSession  int
+	tierTTL     map[string]time.Duration // only tiers whose TTL differs from defTTL
+}
+
+func checkTTL(field string, p *int64) (time.Duration, error) {
+	if p == nil {
+		return -1, nil // inherit
+	}
+	switch v := *p; {
+	case v < 0:
+		return 0, fmt.Errorf("%w: %s: %d is negative", ErrInvalidConfig, field, v)
+	case v > MaxStickyTTLSeconds:
+		return 0, fmt.Errorf("%w: %s: %d overflows (max %d)", ErrInvalidConfig, field, v, MaxStickyTTLSeconds)
+	default:
+		return time.Duration(v) * time.Second, nil
+	}
+}
+
+func (c Config) resolve() (resolved, error) {
+	var r resolved
+	ttl, err := checkTTL("sticky_ttl_seconds", c.StickyTTLSeconds)
+	if err != nil {
+		return r, err
+	}
+	if ttl < 0 {
+		ttl = DefaultStickyTTLSeconds * time.Second
+	}
+	r.defTTL = ttl
+	switch {
+	case c.MaxBindings < 0 || c.MaxBindings > MaxMaxBindings:
+		return r, fmt.Errorf("%w: max_bindings: %d out of range [0, %d]", ErrInvalidConfig, c.MaxBindings, MaxMaxBindings)
+	case c.MaxBindings == 0:
+		r.maxBindings = DefaultMaxBindings
+	default:
+		r.maxBindings = c.MaxBindings
+	}
+	switch {
+	case c.MaxSessionIDBytes < 0:
+		return r, fmt.Errorf("%w: max_session_id_bytes: %d is negative", ErrInvalidConfig, c.MaxSessionIDBytes)
+	case c.MaxSessionIDBytes == 0:
+		r.maxSession = DefaultMaxSessionIDBytes
+	default:
+		r.maxSession = c.MaxSessionIDBytes
+	}
+	distinct := map[time.Duration]bool{}
+	if ttl > 0 {
+		distinct[ttl] = true
+	}
+	for name, tc := range c.Tiers {
+		if len(name) > MaxTierBytes {
+			return r, fmt.Errorf("%w: tiers: name %s is %d bytes (max %d)", ErrInvalidConfig, errTrunc(name), len(name), MaxTierBytes)
+		}
+		tt, err := checkTTL("tiers."+name+".sticky_ttl_seconds", tc.StickyTTLSeconds)
+		if err != nil {
+			return r, err
+		}
+		if tt < 0 || tt == ttl {
+			continue
+		}
+		if r.tierTTL == nil {
+			r.tierTTL = map[string]time.Duration{}
+		}
+		r.tierTTL[name] = tt
+		if tt > 0 {
+			distinct[tt] = true
+		}
+	}
+	if len(distinct) > maxTTLClasses {
+		return r, fmt.Errorf("%w: tiers: %d distinct sticky_ttl_seconds values (max %d)", ErrInvalidConfig, len(distinct), maxTTLClasses)
+	}
+	return r, nil
+}
+
+// UnmarshalJSON decodes c like encoding/json would (keys as documented on Config; a
+// missing key leaves the field as it was), except that a value of the wrong type or out of
+// the field's range (for example sticky_ttl_seconds: 1e30) is reported as ErrInvalidConfig
+// naming the field. It does not run Validate; New does.
+func (c *Config) UnmarshalJSON(data []byte) error {
+	type plain Config
+	p := plain(*c)
+	if err := json.Unmarshal(data, &p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%w: %s: cannot use %s: %w", ErrInvalidConfig, te.Field, te.Value, err)
+		}
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	*c = Config(p)
+	return nil
+}
+
+// UnmarshalYAML implements the function-style YAML unmarshaler understood by
+// gopkg.in/yaml.v2 and yaml.v3 (so the core needs no YAML dependency): it decodes into
+// c and wraps any decoding error (wrong type, overflowing integer) in ErrInvalidConfig.
+// It does not run Validate; New does.
+func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
+	type plain Config
+	p := plain(*c)
+	if err := unmarshal(&p); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	*c = Config(p)
+	return nil
+}
+
+func quote(s string) string { return strconv.Quote(s) }

@@ -1,0 +1,35 @@
+package affinity
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package wraps exactly one of them (with
+// the offending value); branch with [errors.Is]. A call that returns an error has stored
+// nothing and counted nothing.
+var (
+	// ErrEmptySessionID: SelectBackend (or a Table method) got "" as the session ID.
+	ErrEmptySessionID = errors.New("affinity: empty session ID")
+	// ErrSessionIDTooLong: the session ID is longer than Config.MaxSessionIDBytes.
+	ErrSessionIDTooLong = errors.New("affinity: session ID too long")
+	// ErrTierTooLong: the tier is longer than MaxTierBytes (255) bytes.
+	ErrTierTooLong = errors.New("affinity: tier too long")
+	// ErrNoCandidates: SelectBackend got an empty candidate slice.
+	ErrNoCandidates = errors.New("affinity: no candidates")
+	// ErrInvalidBackend: an empty backend ID (a zero Backend in the candidates) or an
+	// invalid weight (negative, NaN or Inf) given to NewBackend.
+	ErrInvalidBackend = errors.New("affinity: invalid backend")
+	// ErrNoEligibleBackend: every candidate is Down in the health set.
+	ErrNoEligibleBackend = errors.New("affinity: no eligible backend")
+	// ErrInvalidConfig: Config.Validate (and so New) rejected a field; the message names
+	// the field (by its yaml/json key) and the value.
+	ErrInvalidConfig = errors.New("affinity: invalid config")
+)
+
+// errTrunc returns at most 32 bytes of s, quoted, so that a huge session ID never ends up
+// whole in an error message or a log line.
+func errTrunc(s string) string {
+	const max = 32
+	if len(s) <= max {
+		return quote(s)
+	}
+	return quote(s[:max]) + "..."
+}

@@ -1,0 +1,279 @@
+package affinity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Scheduler pins each (tier, session) to one backend: the first turn goes to the HRW
+// winner among the eligible candidates, later turns return to the same backend while the
+// binding is valid. It composes a [Table], a health.Set and a metrics.Recorder and meets
+// the contract stated in the package documentation.
+//
+// All methods are safe for concurrent use. A Scheduler starts no goroutine and needs no
+// Close.
+type Scheduler struct {
+	t      *Table
+	health *health.Set
+	rec    metrics.Recorder
+	log    *slog.Logger // nil: no logging
+}
+
+// New validates cfg and returns a Scheduler. Errors wrap ErrInvalidConfig and name the
+// field. Options: WithClock, WithRecorder, WithHealth, WithLogger. Cost: O(shards).
+func New(cfg Config, opts ...Option) (*Scheduler, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	o := collect(opts)
+	if o.health == nil {
+		o.health = health.NewSet()
+	}
+	return &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log}, nil
+}
+
+// Health returns the health set the Scheduler reads (the one given to WithHealth, or its
+// own). Marking a backend there takes effect on the next call.
+func (s *Scheduler) Health() *health.Set { return s.health }
+
+// Table returns the underlying binding table (shared, not a copy).
+func (s *Scheduler) Table() *Table { return s.t }
+
+func (s *Scheduler) validate(sessionID, tier string, candidates []Backend) error {
+	if err := s.t.checkKey(sessionID, tier); err != nil {
+		return err
+	}
+	if len(candidates) == 0 {
+		return ErrNoCandidates
+	}
+	for i := range candidates {
+		if candidates[i].node.ID() == "" {
+			return fmt.Errorf("%w: candidates[%d] has an empty ID (zero Backend?)", ErrInvalidBackend, i)
+		}
+	}
+	return nil
+}
+
+// state returns the health state of id, skipping the map lookup when all are healthy.
+func (s *Scheduler) state(id string) health.State {
+	if s.health.AllHealthy() {
+		return health.Healthy
+	}
+	return s.health.State(id)
+}
+
+// pick returns the index of the HRW winner over the eligible candidates (Healthy ones;
+// Draining ones only when no candidate is Healthy; never Down) and its state, or -1.
+// Fast path: the winner over all candidates, accepted when it is Healthy (it then wins
+// among the Healthy ones too). 0 allocs for up to 64 candidates.
+func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State) {
+	var b hrw.Best
+	b.Reset(kh)
+	for i := range cands {
+		b.Offer(i, &cands[i].node)
+	}
+	w := b.Index()
+	if w < 0 || s.state(cands[w].node.ID()) == health.Healthy {
+		return w, health.Healthy
+	}
+	for _, want := range [...]health.State{health.Healthy, health.Draining} {
+		b.Reset(kh)
+		for i := range cands {
+			if s.health.State(cands[i].node.ID()) == want {
+				b.Offer(i, &cands[i].node)
+			}
+		}
+		if w := b.Index(); w >= 0 {
+			return w, want
+		}
+	}
+	return -1, health.Down
+}
+
+func noEligible(cands []Backend) error {
+	return fmt.Errorf("%w: all %d candidates are down", ErrNoEligibleBackend, len(cands))
+}
+
+// SelectBackend returns the backend for this turn of (sessionID, tier) among candidates,
+// and affinityHit = true exactly when it is the backend of the session's still-valid
+// binding (see the package documentation for the full contract). The returned Backend is
+// the caller's candidate value.
+//
+// Errors (nothing stored, nothing counted): ErrEmptySessionID, ErrSessionIDTooLong,
+// ErrTierTooLong, ErrNoCandidates, ErrInvalidBackend (a zero Backend among candidates),
+// ErrNoEligibleBackend (all candidates Down).
+//
+// Cost: hit O(len(candidates)) compares under one shard lock, one clock read, 0 allocs;
+// miss O(len(candidates)) HRW scores (plus a health lookup per candidate when the winner
+// is not Healthy), two shard locks, 1 allocation (the stored key; 0 with TTL 0).
+func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) (Backend, bool, error) {
+	if err := s.validate(sessionID, tier, candidates); err != nil {
+		return Backend{}, false, err
+	}
+	t := s.t
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
+	cls, enabled := t.classOf(tier)
+	if !enabled { // TTL 0: the HRW winner, nothing stored
+		w, _ := s.pick(kh, candidates)
+		if w < 0 {
+			return Backend{}, false, noEligible(candidates)
+		}
+		sh.mu.Lock()
+		sh.c.misses++
+		sh.mu.Unlock()
+		s.rec.Miss(tier)
+		return candidates[w], false, nil
+	}
+
+	var buf [stackKeyBytes]byte
+	key := appendKey(buf[:0], tier, sessionID)
+	now := t.clock.now()
+	w, wst := -1, health.Healthy
+	for {
+		sh.mu.Lock()
+		i, found := sh.m[string(key)]
+		var reason metrics.Reason
+		var boundID string
+		if found {
+			e := sh.at(i)
+			if now-e.lastUse < t.ttls[e.class] {
+				slot := &sh.slots[e.slot]
+				boundID = slot.id
+				ci := -1
+				for j := range candidates {
+					if candidates[j].node.Hash() == slot.hash && candidates[j].node.ID() == slot.id {
+						ci = j
+						break
+					}
+				}
+				switch {
+				case ci < 0:
+					reason = metrics.ReasonNotCandidate
+				case s.state(slot.id) == health.Down:
+					reason = metrics.ReasonUnhealthy
+				default: // hit (also the losers of concurrent first turns)
+					sh.touch(i, e, now)
+					sh.c.hits++
+					sh.mu.Unlock()
+					s.rec.Hit(tier)
+					return candidates[ci], true, nil
+				}
+			}
+		}
+		if w < 0 {
+			// Compute the winner outside the lock, then decide again: nothing is changed
+			// before we know the call succeeds.
+			sh.mu.Unlock()
+			if w, wst = s.pick(kh, candidates); w < 0 {
+				return Backend{}, false, noEligible(candidates)
+			}
+			continue
+		}
+		// Re-check the winner under the lock that inserts: OnBackendDown marks Down
+		// before it drops bindings shard by shard under each shard's lock, so either it
+		// sees this binding or we see Down here.
+		if s.state(candidates[w].node.ID()) != wst {
+			sh.mu.Unlock()
+			w = -1
+			continue
+		}
+		if found {
+			sh.remove(i)
+			if reason != 0 {
+				sh.c.broken[reason]++
+			} else {
+				sh.c.expired++
+			}
+		}
+		wb := &candidates[w].node
+		evTier, ev := sh.insert(t, key, cls, wb.ID(), wb.Hash(), now)
+		sh.c.misses++
+		sh.mu.Unlock()
+		if reason != 0 {
+			s.rec.Broken(tier, reason)
+			if s.log != nil {
+				s.log.LogAttrs(context.Background(), slog.LevelDebug, "affinity: broken binding rebound",
+					slog.String("tier", tier), slog.String("reason", reason.String()),
+					slog.String("from", boundID), slog.String("to", wb.ID()))
+			}
+		}
+		if ev {
+			s.rec.Evicted(evTier)
+		}
+		s.rec.Miss(tier)
+		return candidates[w], false, nil
+	}
+}
+
+// OnBackendDown marks id Down in the health set, then deletes every binding to id and
+// counts each one that was still valid as broken{down} (expired ones as expired), and
+// returns that count. Idempotent: a repeated call finds nothing and returns 0. An unknown
+// id is still marked Down, so new sessions avoid it. Concurrent SelectBackend calls that
+// race with it never leave a binding to id behind.
+//
+// Cost: O(bindings to id + shards); each shard is locked only while its own bindings to
+// id are removed, so calls on other backends keep progressing. Recorder.Broken is called
+// once per removed binding after the locks are released.
+func (s *Scheduler) OnBackendDown(id string) int {
+	s.health.MarkDown(id)
+	n, tally := s.t.deleteBackend(id, metrics.ReasonDown)
+	for _, tc := range tally.list {
+		for range tc.n {
+			s.rec.Broken(tc.tier, metrics.ReasonDown)
+		}
+	}
+	if n > 0 && s.log != nil {
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "affinity: backend down, bindings dropped",
+			slog.String("backend", id), slog.Int("bindings", n))
+	}
+	return n
+}
+
+// OnBackendUp marks id Healthy. No failback: existing bindings stay where they are; new
+// sessions may land on id by HRW. O(1) amortized (a health set update).
+func (s *Scheduler) OnBackendUp(id string) { s.health.MarkUp(id) }
+
+// OnBackendDraining marks id Draining: its valid bindings keep being honoured, new
+// sessions go elsewhere unless no candidate is Healthy.
+func (s *Scheduler) OnBackendDraining(id string) { s.health.MarkDraining(id) }
+
+// OnHealthChange applies a health transition (from a health.Prober observer or a
+// health.Set subscription): To Down calls OnBackendDown, Draining OnBackendDraining,
+// Healthy OnBackendUp.
+func (s *Scheduler) OnHealthChange(tr health.Transition) {
+	switch tr.To {
+	case health.Down:
+		s.OnBackendDown(tr.ID)
+	case health.Draining:
+		s.OnBackendDraining(tr.ID)
+	case health.Healthy:
+		s.OnBackendUp(tr.ID)
+	}
+}
+
+// Forget deletes the binding of (sessionID, tier) — for a session that ended — and
+// reports whether there was one. Counts nothing. O(1), 0 allocs.
+func (s *Scheduler) Forget(sessionID, tier string) bool { return s.t.Delete(sessionID, tier) }
+
+// Lookup returns the backend ID of the valid (unexpired) binding of (sessionID, tier). It
+// never extends the TTL, checks neither health nor candidates, counts nothing. O(1),
+// 0 allocs.
+func (s *Scheduler) Lookup(sessionID, tier string) (backendID string, ok bool) {
+	return s.t.Get(sessionID, tier)
+}
+
+// Sweep reclaims every expired binding now; see [Table.Sweep].
+func (s *Scheduler) Sweep() int { return s.t.Sweep() }
+
+// Len returns the number of stored bindings (expired ones not yet reclaimed included).
+func (s *Scheduler) Len() int { return s.t.Len() }
+
+// Stats returns a snapshot of the counters; see [Table.Stats].
+func (s *Scheduler) Stats() Stats { return s.t.Stats() }
