@@ -265,22 +265,26 @@ func TestCountersConcurrent(t *testing.T) {
 	assert.Equal(t, metrics.TierCounts{Hits: n, Misses: n, Evictions: n, Broken: [4]uint64{0, n, 0, 0}}, c.Total())
 	snap := c.Snapshot()
 	require.Len(t, snap, 5)
-	// 32000 events per kind over 6 tiers round-robin: each tier gets 32000/6 rounded per
-	// goroutine offset; check the exact per-tier split.
+	// Which 4 tiers won a slot depends on scheduling; whichever did keeps every one of its
+	// events, and the other 2 tiers are folded together.
 	want := map[string]uint64{}
 	for g := range goroutines {
 		for i := range perG {
-			tier := tiers[(g+i)%len(tiers)]
-			if tier == "e" || tier == "f" {
-				tier = metrics.OtherTier
-			}
-			want[tier]++
+			want[tiers[(g+i)%len(tiers)]]++
 		}
 	}
-	for tier, w := range want {
-		assert.Equal(t, w, snap[tier].Hits, "tier %q", tier)
-		assert.Equal(t, w, snap[tier].Broken[metrics.ReasonDown], "tier %q", tier)
+	var folded uint64
+	for _, tier := range tiers {
+		got, named := snap[tier]
+		if !named {
+			folded += want[tier]
+			continue
+		}
+		assert.Equal(t, want[tier], got.Hits, "tier %q", tier)
+		assert.Equal(t, want[tier], got.Broken[metrics.ReasonDown], "tier %q", tier)
 	}
+	assert.Equal(t, folded, snap[metrics.OtherTier].Hits)
+	assert.Equal(t, folded, snap[metrics.OtherTier].Evictions)
 }
 
 func TestCountersHitAllocs(t *testing.T) {
