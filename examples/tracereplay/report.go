@@ -110,14 +110,31 @@ func WriteCSV(w io.Writer, rows []Row) error {
 func SavePlot(path, title string, rows []Row) error {
 	p := plot.New()
 	p.Title.Text = title
+	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = "p99 simulated latency (s)"
 	p.Y.Label.Text = "prefix hit ratio (%)"
-	xys := make(plotter.XYs, len(rows))
-	labels := make([]string, len(rows))
-	for i, r := range rows {
-		xys[i].X = r.P99.Seconds()
-		xys[i].Y = 100 * r.HitRatio()
-		labels[i] = " " + r.Policy
+	// Policies whose points (nearly) coincide — hrw and scheduler without outages — share
+	// one point and one label.
+	var xys plotter.XYs
+	var labels []string
+	maxX := 0.0
+	for _, r := range rows {
+		maxX = max(maxX, r.P99.Seconds())
+	}
+	for _, r := range rows {
+		x, y := r.P99.Seconds(), 100*r.HitRatio()
+		merged := false
+		for i := range xys {
+			if math.Abs(xys[i].X-x) <= 0.01*maxX && math.Abs(xys[i].Y-y) <= 0.5 {
+				labels[i] += ", " + r.Policy
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			xys = append(xys, plotter.XY{X: x, Y: y})
+			labels = append(labels, " "+r.Policy)
+		}
 	}
 	sc, err := plotter.NewScatter(xys)
 	if err != nil {
