@@ -138,7 +138,8 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 	w, wst := -1, health.Healthy
 	for {
 		sh.mu.Lock()
-		i, found := sh.m[string(key)]
+		i := sh.idx.find(sh, uint32(kh), key)
+		found := i != 0
 		var reason metrics.Reason
 		var boundID string
 		if found {
@@ -193,7 +194,7 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			}
 		}
 		wb := &candidates[w].node
-		evTier, ev := sh.insert(t, key, cls, wb.ID(), wb.Hash(), now)
+		evTier, ev := sh.insert(t, uint32(kh), key, cls, wb.ID(), wb.Hash(), now)
 		sh.c.misses++
 		sh.mu.Unlock()
 		if reason != 0 {

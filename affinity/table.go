@@ -62,7 +62,7 @@ type counters struct {
 
 type shard struct {
 	mu       sync.Mutex
-	m        map[string]uint32
+	idx      index
 	chunks   []*[chunkSize]entry
 	free     uint32 // free-list head
 	next     uint32 // next never-used index (starts at 1: index 0 means none)
@@ -150,7 +150,7 @@ func (sh *shard) slotFor(id string, hash uint64) uint32 {
 
 // insert stores a new binding (the key must be absent), first reclaiming a few expired
 // bindings and, at the cap, evicting the shard's least-recently-used one (returned).
-func (sh *shard) insert(t *Table, key []byte, cls uint8, id string, hash uint64, now int64) (evictedTier string, evicted bool) {
+func (sh *shard) insert(t *Table, h uint32, key []byte, cls uint8, id string, hash uint64, now int64) (evictedTier string, evicted bool) {
 	sh.reclaim(t, now, reclaimPerInsert)
 	if sh.n >= sh.cap {
 		if v := sh.lru(); v != 0 {
@@ -181,7 +181,7 @@ func (sh *shard) insert(t *Table, key []byte, cls uint8, id string, hash uint64,
 	}
 	s.head = i
 	s.count++
-	sh.m[e.key] = i
+	sh.idx.add(h, i)
 	sh.n++
 	return evictedTier, evicted
 }
@@ -189,7 +189,7 @@ func (sh *shard) insert(t *Table, key []byte, cls uint8, id string, hash uint64,
 // remove deletes binding i from the map and both lists and frees it. Counts nothing.
 func (sh *shard) remove(i uint32) {
 	e := sh.at(i)
-	delete(sh.m, e.key)
+	sh.idx.del(uint32(hrw.KeyHash(sessionOf(e.key))), i)
 	sh.unlink(&sh.lists[e.class], e)
 	s := &sh.slots[e.slot]
 	if e.bprev != 0 {
@@ -255,6 +255,9 @@ func appendKey(dst []byte, tier, session string) []byte {
 
 // tierOf recovers the tier from a key (a substring: no allocation).
 func tierOf(key string) string { return key[1 : 1+int(key[0])] }
+
+// sessionOf recovers the session ID from a key (a substring: no allocation).
+func sessionOf(key string) string { return key[1+int(key[0]):] }
 
 // Table is the sharded sticky-binding table under a [Scheduler]: it maps (tier, session
 // ID) to a backend ID with a sliding TTL, an LRU cap and a reverse index backend ->
@@ -354,7 +357,6 @@ func newTable(r resolved, o options) *Table {
 			sh.cap++
 		}
 		sh.next = 1
-		sh.m = make(map[string]uint32)
 		sh.slotByID = make(map[string]uint32)
 		sh.lists = make([]lruList, len(t.ttls))
 	}
@@ -413,12 +415,13 @@ func (t *Table) get(sessionID, tier string, touch bool) (string, bool) {
 	}
 	var buf [stackKeyBytes]byte
 	key := appendKey(buf[:0], tier, sessionID)
-	sh := t.shardFor(hrw.KeyHash(sessionID))
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
 	now := t.clock.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.m[string(key)]
-	if !ok {
+	i := sh.idx.find(sh, uint32(kh), key)
+	if i == 0 {
 		return "", false
 	}
 	e := sh.at(i)
@@ -449,13 +452,14 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 	}
 	var buf [stackKeyBytes]byte
 	key := appendKey(buf[:0], tier, sessionID)
-	sh := t.shardFor(hrw.KeyHash(sessionID))
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
 	now := t.clock.now()
 	sh.mu.Lock()
-	if i, found := sh.m[string(key)]; found {
+	if i := sh.idx.find(sh, uint32(kh), key); i != 0 {
 		sh.remove(i)
 	}
-	evTier, ev := sh.insert(t, key, cls, backendID, hrw.NodeHash(backendID), now)
+	evTier, ev := sh.insert(t, uint32(kh), key, cls, backendID, hrw.NodeHash(backendID), now)
 	sh.mu.Unlock()
 	if ev {
 		t.rec.Evicted(evTier)
@@ -471,14 +475,15 @@ func (t *Table) Delete(sessionID, tier string) bool {
 	}
 	var buf [stackKeyBytes]byte
 	key := appendKey(buf[:0], tier, sessionID)
-	sh := t.shardFor(hrw.KeyHash(sessionID))
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.m[string(key)]
-	if ok {
+	i := sh.idx.find(sh, uint32(kh), key)
+	if i != 0 {
 		sh.remove(i)
 	}
-	return ok
+	return i != 0
 }
 
 // DeleteBackend removes every binding to backendID and returns how many were still

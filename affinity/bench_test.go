@@ -1,0 +1,256 @@
+package affinity_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/hrw"
+)
+
+const benchSessions = 1024 // working set of the hit benchmarks
+
+// sessionID returns a 36-byte UUID-shaped session ID.
+func sessionID(i int) string {
+	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i, i&0xffff, i&0xfff, (i>>12)&0xfff, i*2654435761)
+}
+
+func benchSessionIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = sessionID(i)
+	}
+	return ids
+}
+
+// Baseline: a bare map[string]T lookup under sync.RWMutex (read lock), same keys.
+func BenchmarkBaselineRWMutexMap(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	type binding struct {
+		backend string
+		lastUse int64
+	}
+	var mu sync.RWMutex
+	m := make(map[string]binding, len(ids))
+	for _, id := range ids {
+		m[id] = binding{backend: "b00", lastUse: 1}
+	}
+	lookup := func(id string) bool {
+		mu.RLock()
+		v, ok := m[id]
+		mu.RUnlock()
+		return ok && v.lastUse > 0
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if !lookup(ids[i&(benchSessions-1)]) {
+				b.Fatal("miss")
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := 0; pb.Next(); i++ {
+				if !lookup(ids[i&(benchSessions-1)]) {
+					b.Fatal("miss")
+				}
+			}
+		})
+	})
+}
+
+func newBenchScheduler(b *testing.B, cfg affinity.Config, opts ...affinity.Option) *affinity.Scheduler {
+	b.Helper()
+	s, err := affinity.New(cfg, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkHit: SelectBackend on bound sessions (the hit path), system clock and the
+// coarse clock.
+func BenchmarkHit(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	for _, clock := range []string{"sysclock", "coarseclock"} {
+		for _, n := range []int{8, 64} {
+			bs := backends(b, n)
+			var opts []affinity.Option
+			if clock == "coarseclock" {
+				cc := affinity.NewCoarseClock(10 * time.Millisecond)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() { defer close(done); _ = cc.Run(ctx) }()
+				b.Cleanup(func() { cancel(); <-done })
+				opts = append(opts, affinity.WithClock(cc))
+			}
+			s := newBenchScheduler(b, affinity.Config{}, opts...)
+			for _, id := range ids {
+				if _, _, err := s.SelectBackend(id, "", bs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			hit := func(id string) {
+				_, ok, err := s.SelectBackend(id, "", bs)
+				if !ok || err != nil {
+					b.Fatal("not a hit", err)
+				}
+			}
+			b.Run(fmt.Sprintf("%s/cands=%d/serial", clock, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					hit(ids[i&(benchSessions-1)])
+				}
+			})
+			b.Run(fmt.Sprintf("%s/cands=%d/parallel", clock, n), func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for i := 0; pb.Next(); i++ {
+						hit(ids[i&(benchSessions-1)])
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkMiss: first turns of new sessions, at a steady state of 65,536 bindings (each
+// insert evicts one), beside hrw.Pick (with the key hash) over the same candidates.
+func BenchmarkMiss(b *testing.B) {
+	const pool = 1 << 20
+	ids := benchSessionIDs(pool)
+	for _, n := range []int{8, 64} {
+		bs := backends(b, n)
+		b.Run(fmt.Sprintf("cands=%d", n), func(b *testing.B) {
+			s := newBenchScheduler(b, affinity.Config{MaxBindings: 1 << 16})
+			for i := range 1 << 16 { // fill to the cap first
+				_, _, _ = s.SelectBackend(ids[pool-1-i], "", bs)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if i == pool-(1<<16) {
+					b.Fatal("out of fresh session IDs; lower -benchtime")
+				}
+				if _, hit, err := s.SelectBackend(ids[i], "", bs); hit || err != nil {
+					b.Fatal("not a miss", err)
+				}
+			}
+		})
+	}
+	b.Run("hrw.Pick/cands=64", func(b *testing.B) {
+		bs := backends(b, 64)
+		nodes := make([]hrw.Node, len(bs))
+		for i := range bs {
+			nodes[i] = bs[i].Node()
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if hrw.Pick(hrw.KeyHash(ids[i&(pool-1)]), nodes) < 0 {
+				b.Fatal("no winner")
+			}
+		}
+	})
+}
+
+// fillMillion binds 1,000,000 sessions (36-byte IDs) over bs through SelectBackend.
+func fillMillion(b *testing.B, s *affinity.Scheduler, bs []affinity.Backend) {
+	b.Helper()
+	for i := range 1_000_000 {
+		if _, _, err := s.SelectBackend(sessionID(i), "", bs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOnBackendDown1M: dropping one of 64 backends from a table of 1,000,000
+// bindings (about 15,600 removed per op). Run with -benchtime=1x (or small N).
+func BenchmarkOnBackendDown1M(b *testing.B) {
+	bs := backends(b, 64)
+	s := newBenchScheduler(b, affinity.Config{})
+	fillMillion(b, s, bs)
+	b.ReportAllocs()
+	removed := 0
+	b.ResetTimer()
+	for i := range b.N {
+		id := bs[i%64].ID()
+		removed += s.OnBackendDown(id)
+		b.StopTimer()
+		s.OnBackendUp(id)
+		if i%64 == 63 {
+			fillMillion(b, s, bs)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(removed)/float64(b.N), "removed/op")
+}
+
+// BenchmarkOnBackendDown1MConcurrentSelects: while one goroutine drops 32 of 64 backends
+// (500,000 bindings) one by one, another runs hit-path SelectBackend calls on a backend that
+// is not dropped; reports how many completed during the drop and at what mean latency.
+func BenchmarkOnBackendDown1MConcurrentSelects(b *testing.B) {
+	bs := backends(b, 64)
+	keep := bs[63:]
+	ids := benchSessionIDs(benchSessions)
+	var during, dropNs int64
+	for range b.N {
+		b.StopTimer()
+		s := newBenchScheduler(b, affinity.Config{})
+		fillMillion(b, s, bs)
+		for _, id := range ids {
+			_, _, _ = s.SelectBackend(id, "", keep)
+		}
+		b.StartTimer()
+		var stop atomic.Bool
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				if _, hit, _ := s.SelectBackend(ids[i&(benchSessions-1)], "", keep); hit {
+					n.Add(1)
+				}
+			}
+		}()
+		start := time.Now()
+		for _, bk := range bs[:32] {
+			s.OnBackendDown(bk.ID())
+		}
+		el := time.Since(start)
+		stop.Store(true)
+		wg.Wait()
+		during += n.Load()
+		dropNs += int64(el)
+	}
+	b.ReportMetric(float64(during)/float64(b.N), "selects-during-drop/op")
+	b.ReportMetric(float64(dropNs)/float64(during), "ns/select-during-drop")
+}
+
+// BenchmarkMemoryPerBinding: heap bytes per binding at 1,000,000 bindings with 36-byte
+// session IDs, key included (HeapAlloc delta after GC / n). Run with -benchtime=1x.
+func BenchmarkMemoryPerBinding(b *testing.B) {
+	bs := backends(b, 64)
+	var per float64
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := newBenchScheduler(b, affinity.Config{})
+		fillMillion(b, s, bs)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != 1_000_000 {
+			b.Fatalf("len %d", s.Len())
+		}
+		per = float64(after.HeapAlloc-before.HeapAlloc) / 1e6
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(per, "B/binding")
+}
