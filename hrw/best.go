@@ -31,7 +31,8 @@ type offered struct {
 // The zero value is ready to use for keyHash 0; call [Best.Reset] to start a selection.
 // Cost: Offer is O(1) amortised (the same per-node work as Pick), Index scans the offers
 // before the winner once. 0 allocs for up to 64 offers per selection; beyond that a
-// buffer is allocated once and kept across Reset, so a reused Best is allocation-free.
+// buffer is allocated (once up to 576 offers) and kept across Reset, so a reused Best is
+// allocation-free.
 // A Best is a small mutable value (about 1 KiB): not safe for concurrent use; keep one
 // per goroutine (a local variable is fine).
 type Best struct {
@@ -64,6 +65,9 @@ func (b *Best) Offer(i int, n *Node) {
 	if p < bestInline {
 		b.inline[p] = offered{n: n, i: i}
 	} else {
+		if b.more == nil {
+			b.more = make([]offered, 0, 8*bestInline) // one allocation up to 576 offers
+		}
 		b.more = append(b.more, offered{n: n, i: i})
 	}
 	b.count++

@@ -15,38 +15,105 @@ import "slices"
 // Cost: O(n) in nodes (one multiply-xorshift mix per node, plus a scan of the nodes
 // before the winner to rule out duplicates), 0 allocs. Safe for concurrent use.
 func Pick(keyHash uint64, nodes []Node) int {
-	bi := -1
-	var bn *Node
-	var bm uint64
-	bw, bs := -1.0, 0.0 // best weight (-1: none yet), best score (0: not computed)
-	for i := range nodes {
-		n := &nodes[i]
-		m := splitmix64(keyHash^n.hash) >> 11
-		if n.weight == bw {
-			if m < bm || (m == bm && n.id >= bn.id) {
-				continue
-			}
-			bi, bn, bm, bs = i, n, m, 0
-			continue
-		}
-		if n.weight == 0 {
-			continue
-		}
-		if bn == nil {
-			bi, bn, bm, bw, bs = i, n, m, n.weight, 0
-			continue
-		}
-		win, s, nbs := weighed(n.weight, m, n.id, bn, bm, bs)
-		if win {
-			bi, bn, bm, bw, bs = i, n, m, n.weight, s
-		} else {
-			bs = nbs
-		}
-	}
+	bi := pickCore(keyHash, nodes)
 	if bi > 0 && dupBefore(nodes, bi, nil) {
 		return pickExact(keyHash, nodes, nil)
 	}
 	return bi
+}
+
+// pickCore is Pick without the duplicate rule (a later copy of an ID counts as a
+// distinct node). The scans run in leaf functions so that their loops keep everything
+// in registers; pickCore itself only handles the rare nodes they stop at.
+func pickCore(kh uint64, nodes []Node) int {
+	bi := firstLive(nodes)
+	if bi < 0 {
+		return -1
+	}
+	bn := &nodes[bi]
+	bm := splitmix64(kh^bn.hash) >> 11
+	bw, bs := bn.weight, 0.0 // bs: the best's score, kept only once weights differ
+	mixed := false
+	for i := bi + 1; i < len(nodes); i++ {
+		var m uint64
+		if mixed {
+			i, m = scanMixed(kh, nodes, i, bw, bm, bs)
+		} else {
+			i, m = scanEqual(kh, nodes, i, bw, bm)
+		}
+		if i >= len(nodes) {
+			break
+		}
+		n := &nodes[i]
+		if n.weight == bw {
+			if m > bm || (m == bm && n.id < bn.id) {
+				bi, bn, bm = i, n, m
+				if mixed {
+					bs = score(bw, bm)
+				}
+			}
+			continue
+		}
+		if !mixed {
+			mixed, bs = true, score(bw, bm)
+		}
+		if s := score(n.weight, m); s > bs || (s == bs && (m > bm || (m == bm && n.id < bn.id))) {
+			bi, bn, bm, bw, bs = i, n, m, n.weight, s
+		}
+	}
+	return bi
+}
+
+// firstLive returns the index of the first node with a positive weight, or -1.
+func firstLive(nodes []Node) int {
+	for i := range nodes {
+		if nodes[i].weight != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// scanEqual returns the first index j >= i (and its m) of a node that may beat the best
+// (weight bw > 0, mixed value bm) when every node seen so far has weight bw: a node with
+// another positive weight, or one with weight bw and m >= bm. It returns len(nodes) if
+// there is none. Nodes with weight 0 are skipped.
+func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint64) {
+	rest := nodes[i:]
+	for j := range rest {
+		n := &rest[j]
+		if n.weight != bw {
+			if n.weight == 0 {
+				continue
+			}
+			return i + j, splitmix64(kh^n.hash) >> 11
+		}
+		if m := splitmix64(kh^n.hash) >> 11; m >= bm {
+			return i + j, m
+		}
+	}
+	return len(nodes), 0
+}
+
+// scanMixed is scanEqual for a best with score bs: a node of another weight is skipped
+// when the bound s <= w/(1-u) proves it scores below bs.
+func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64) (int, uint64) {
+	rest := nodes[i:]
+	for j := range rest {
+		n := &rest[j]
+		m := splitmix64(kh^n.hash) >> 11
+		if n.weight == bw {
+			if m < bm {
+				continue
+			}
+			return i + j, m
+		}
+		if n.weight == 0 || loses(n.weight, m, bs) {
+			continue
+		}
+		return i + j, m
+	}
+	return len(nodes), 0
 }
 
 // PickFunc is [Pick] over the nodes for which eligible(i) reports true, without building
@@ -120,12 +187,27 @@ func weighed(w float64, m uint64, id string, b *Node, bm uint64, bs float64) (wi
 // same ID as nodes[i]. Equal IDs have equal hashes, so the scan compares hashes first.
 func dupBefore(nodes []Node, i int, eligible func(int) bool) bool {
 	h, id := nodes[i].hash, nodes[i].id
-	for j := range nodes[:i] {
-		if nodes[j].hash == h && nodes[j].id == id && (eligible == nil || eligible(j)) {
+	for off := 0; ; {
+		j := hashIndex(nodes[off:i], h)
+		if j < 0 {
+			return false
+		}
+		j += off
+		if nodes[j].id == id && (eligible == nil || eligible(j)) {
 			return true
 		}
+		off = j + 1
 	}
-	return false
+}
+
+// hashIndex returns the index of the first node with hash h, or -1.
+func hashIndex(nodes []Node, h uint64) int {
+	for j := range nodes {
+		if nodes[j].hash == h {
+			return j
+		}
+	}
+	return -1
 }
 
 // firstEligible reports whether nodes[i] is the first eligible occurrence of its ID.
@@ -177,8 +259,20 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 	if k <= 0 {
 		return dst
 	}
-	var thr key // the k-th entry's key once dst is full
-	for i := range nodes {
+	var thr key    // the k-th entry's key once dst is full
+	mixed := false // thr.s is kept up to date (weights differ)
+	for i := 0; i < len(nodes); i++ {
+		if len(dst) == k && eligible == nil {
+			// Skip the nodes that cannot enter in a tight loop.
+			if mixed {
+				i, _ = scanMixed(kh, nodes, i, thr.w, thr.m, thr.s)
+			} else {
+				i, _ = scanEqual(kh, nodes, i, thr.w, thr.m)
+			}
+			if i >= len(nodes) {
+				break
+			}
+		}
 		n := &nodes[i]
 		if n.weight == 0 || (eligible != nil && !eligible(i)) {
 			continue
@@ -193,6 +287,7 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 				if thr.s == 0 {
 					thr.s = score(thr.w, thr.m)
 				}
+				mixed = true
 				if loses(c.w, c.m, thr.s) {
 					continue
 				}
@@ -222,6 +317,9 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		if len(dst) == k {
 			last := dst[k-1]
 			thr = keyOf(kh, &nodes[last], last)
+			if mixed {
+				thr.s = score(thr.w, thr.m)
+			}
 		}
 	}
 	return dst

@@ -62,51 +62,7 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	if len(live) == 0 {
 		return Node{}, false
 	}
-	if r.uniform {
-		return live[pickUniform(keyHash, live)], true
-	}
-	return live[pickLive(keyHash, live)], true
-}
-
-// pickUniform is Pick over nodes that are distinct and all of one positive weight.
-func pickUniform(keyHash uint64, nodes []Node) int {
-	bi := 0
-	bm := splitmix64(keyHash^nodes[0].hash) >> 11
-	for i := 1; i < len(nodes); i++ {
-		n := &nodes[i]
-		m := splitmix64(keyHash^n.hash) >> 11
-		if m < bm || (m == bm && n.id >= nodes[bi].id) {
-			continue
-		}
-		bi, bm = i, m
-	}
-	return bi
-}
-
-// pickLive is Pick over distinct nodes with positive weights (no duplicate scan).
-func pickLive(keyHash uint64, nodes []Node) int {
-	bi := 0
-	bn := &nodes[0]
-	bm := splitmix64(keyHash^bn.hash) >> 11
-	bw, bs := bn.weight, 0.0
-	for i := 1; i < len(nodes); i++ {
-		n := &nodes[i]
-		m := splitmix64(keyHash^n.hash) >> 11
-		if n.weight == bw {
-			if m < bm || (m == bm && n.id >= bn.id) {
-				continue
-			}
-			bi, bn, bm, bs = i, n, m, 0
-			continue
-		}
-		win, s, nbs := weighed(n.weight, m, n.id, bn, bm, bs)
-		if win {
-			bi, bn, bm, bw, bs = i, n, m, n.weight, s
-		} else {
-			bs = nbs
-		}
-	}
-	return bi
+	return live[pickCore(keyHash, live)], true
 }
 
 // Rank returns the nodes with a positive weight in the canonical order, best first
