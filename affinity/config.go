@@ -153,12 +153,12 @@ func (c Config) resolve() (resolved, error) {
 // the field's range (for example sticky_ttl_seconds: 1e30) is reported as ErrInvalidConfig
 // naming the field. It does not run Validate; New does.
 func (c *Config) UnmarshalJSON(data []byte) error {
-	type plain Config
-	p := plain(*c)
+	type config Config // no methods: plain decoding
+	p := config(*c)
 	if err := json.Unmarshal(data, &p); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("%w: %s: cannot use %s: %w", ErrInvalidConfig, te.Field, te.Value, err)
+		if errors.As(err, &te) && te.Field != "" {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, te.Field, err)
 		}
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -171,8 +171,8 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 // c and wraps any decoding error (wrong type, overflowing integer) in ErrInvalidConfig.
 // It does not run Validate; New does.
 func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
-	type plain Config
-	p := plain(*c)
+	type config Config // no methods: plain decoding
+	p := config(*c)
 	if err := unmarshal(&p); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -1,0 +1,113 @@
+package affinity_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+func TestConfigJSON(t *testing.T) {
+	cases := []struct {
+		name      string
+		json      string
+		wantTTL   time.Duration // TTL of the default tier, checked when no error
+		wantErr   string        // substring of the error (field name), "" = no error
+		decodeErr bool          // the error comes from json.Unmarshal rather than New
+	}{
+		{"omitted key -> default", `{}`, 1800 * time.Second, "", false},
+		{"explicit 0 disables", `{"sticky_ttl_seconds": 0}`, 0, "", false},
+		{"explicit value", `{"sticky_ttl_seconds": 60, "max_bindings": 10, "max_session_id_bytes": 64}`, time.Minute, "", false},
+		{"null is omitted", `{"sticky_ttl_seconds": null}`, 1800 * time.Second, "", false},
+		{"negative", `{"sticky_ttl_seconds": -1}`, 0, "sticky_ttl_seconds: -1", false},
+		{"overflows int64", `{"sticky_ttl_seconds": 99999999999999999999}`, 0, "sticky_ttl_seconds", true},
+		{"overflows nanoseconds", `{"sticky_ttl_seconds": 9223372037}`, 0, "sticky_ttl_seconds: 9223372037 overflows", false},
+		{"largest", `{"sticky_ttl_seconds": 9223372036}`, 9223372036 * time.Second, "", false},
+		{"fraction", `{"sticky_ttl_seconds": 1.5}`, 0, "sticky_ttl_seconds", true},
+		{"string", `{"sticky_ttl_seconds": "1800"}`, 0, "sticky_ttl_seconds", true},
+		{"negative max_bindings", `{"max_bindings": -1}`, 0, "max_bindings: -1", false},
+		{"huge max_bindings", `{"max_bindings": 4294967296}`, 0, "max_bindings", false},
+		{"negative max_session_id_bytes", `{"max_session_id_bytes": -3}`, 0, "max_session_id_bytes: -3", false},
+		{"tier negative", `{"tiers": {"gold": {"sticky_ttl_seconds": -5}}}`, 0, "tiers.gold.sticky_ttl_seconds: -5", false},
+		{"tier overflow", `{"tiers": {"gold": {"sticky_ttl_seconds": 1e30}}}`, 0, "sticky_ttl_seconds", true},
+		{"tier name too long", `{"tiers": {"` + strings.Repeat("g", 256) + `": {}}}`, 0, "tiers: name", false},
+		{"not an object", `[1, 2]`, 0, "invalid config", true},
+		{"tiers ok", `{"sticky_ttl_seconds": 100, "tiers": {"gold": {"sticky_ttl_seconds": 0}, "silver": {}}}`, 100 * time.Second, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg affinity.Config
+			err := json.Unmarshal([]byte(tc.json), &cfg)
+			if err == nil {
+				err = cfg.Validate()
+				if err == nil {
+					var s *affinity.Scheduler
+					s, err = affinity.New(cfg)
+					if err == nil {
+						assert.Equal(t, tc.wantTTL, s.Table().TTL(""))
+					}
+				} else {
+					_, nerr := affinity.New(cfg)
+					assert.Equal(t, err, nerr, "New reports what Validate reports")
+				}
+			} else {
+				assert.True(t, tc.decodeErr, "unexpected decode error %v", err)
+			}
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+func TestConfigJSONRoundTrip(t *testing.T) {
+	for _, cfg := range []affinity.Config{
+		{},
+		{StickyTTLSeconds: affinity.TTLSeconds(0)},
+		{StickyTTLSeconds: affinity.TTLSeconds(60), MaxBindings: 5, MaxSessionIDBytes: 7,
+			Tiers: map[string]affinity.TierConfig{"a": {StickyTTLSeconds: affinity.TTLSeconds(0)}, "b": {}}},
+	} {
+		data, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		var got affinity.Config
+		require.NoError(t, json.Unmarshal(data, &got))
+		assert.Equal(t, cfg, got, "%s", data)
+	}
+	data, _ := json.Marshal(affinity.Config{})
+	assert.JSONEq(t, `{"max_bindings":0,"max_session_id_bytes":0}`, string(data), "nil TTL is omitted, so it stays the default")
+	data, _ = json.Marshal(affinity.Config{StickyTTLSeconds: affinity.TTLSeconds(0)})
+	assert.Contains(t, string(data), `"sticky_ttl_seconds":0`, "0 is kept")
+}
+
+func TestConfigYAMLHook(t *testing.T) {
+	// UnmarshalYAML takes the decoder's callback; feed it a JSON decoder to check the
+	// wiring and the error wrapping without a YAML dependency.
+	var cfg affinity.Config
+	require.NoError(t, cfg.UnmarshalYAML(func(v any) error { return json.Unmarshal([]byte(`{"sticky_ttl_seconds": 0}`), v) }))
+	require.NotNil(t, cfg.StickyTTLSeconds)
+	assert.Equal(t, int64(0), *cfg.StickyTTLSeconds)
+	err := cfg.UnmarshalYAML(func(any) error { return errors.New("yaml: cannot unmarshal !!str `x` into int64") })
+	assert.ErrorIs(t, err, affinity.ErrInvalidConfig)
+}
+
+func TestConfigValidate(t *testing.T) {
+	tiers := map[string]affinity.TierConfig{}
+	for i := range 70 {
+		tiers[string(rune('a'+i%26))+strings.Repeat("x", i)] = affinity.TierConfig{StickyTTLSeconds: affinity.TTLSeconds(int64(i + 1))}
+	}
+	err := affinity.Config{Tiers: tiers}.Validate()
+	require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "distinct sticky_ttl_seconds")
+	require.NoError(t, affinity.Config{MaxBindings: affinity.MaxMaxBindings}.Validate())
+	_, err = affinity.NewTable(affinity.Config{MaxBindings: -1})
+	assert.ErrorIs(t, err, affinity.ErrInvalidConfig)
+}
