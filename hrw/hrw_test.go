@@ -181,21 +181,21 @@ func TestScoreMonotoneInM(t *testing.T) {
 	check := func(m uint64) {
 		u0, u1 := hrw.Unit(m<<11), hrw.Unit((m+1)<<11)
 		require.LessOrEqual(t, math.Log(u0), math.Log(u1), "ln not monotone at m=%d", m)
-		for _, w := range []float64{1, 0.3, 7, 1e-9, 1e9} {
+		for _, w := range []float64{1, 0.3} {
 			require.LessOrEqual(t, -w/math.Log(u0), -w/math.Log(u1), "score not monotone at m=%d w=%g", m, w)
 		}
 	}
-	for m := uint64(0); m < 4096; m++ {
+	for m := uint64(0); m < 2048; m++ {
 		check(m)
 	}
 	for e := 33; e <= 53; e++ {
 		c := uint64(1) << e
-		for m := c - 4096; m < c-1 || (e < 53 && m < c+4096); m++ {
+		for m := c - 512; m < c-1 || (e < 53 && m < c+512); m++ {
 			check(m)
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 200000 {
+	for range 50000 {
 		check(rng.Uint64N(1<<53 - 1))
 	}
 }
@@ -207,14 +207,14 @@ func TestPruningBound(t *testing.T) {
 		u := hrw.Unit(m << 11)
 		require.GreaterOrEqual(t, -math.Log(u)*(1+1e-12), 1-u, "m=%d", m)
 	}
-	for m := uint64(1<<53 - 100000); m < 1<<53; m++ {
+	for m := uint64(1<<53 - 20000); m < 1<<53; m++ {
 		check(m)
 	}
 	for m := uint64(0); m < 1000; m++ {
 		check(m)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for range 200000 {
+	for range 50000 {
 		check(rng.Uint64N(1 << 53))
 	}
 }
