@@ -1,0 +1,311 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+// Configuration errors. Every error returned by [ParseConfig], [LoadConfig],
+// [Config.Validate] and [New] for a bad configuration wraps [ErrInvalidConfig] and
+// one of the more specific sentinels below, and names the offending field and value.
+// Branch with errors.Is.
+var (
+	ErrInvalidConfig    = errors.New("gateway: invalid config")
+	ErrUnknownKey       = errors.New("gateway: unknown config key")
+	ErrConfigSyntax     = errors.New("gateway: malformed config (YAML syntax or value type)")
+	ErrNoBackends       = errors.New("gateway: no backends")
+	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")
+	ErrBackendID        = errors.New("gateway: empty backend id")
+	ErrBackendURL       = errors.New("gateway: bad backend url")
+	ErrBackendWeight    = errors.New("gateway: bad backend weight")
+	ErrListenAddress    = errors.New("gateway: bad listen address")
+	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")
+	ErrHeaderName       = errors.New("gateway: bad header name")
+	ErrAffinityConfig   = errors.New("gateway: bad affinity config")
+	ErrHealthConfig     = errors.New("gateway: bad health config")
+	ErrTierName         = errors.New("gateway: bad tier name")
+	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")
+)
+
+// Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
+const (
+	// DefaultListen is the listen address when `listen` is omitted.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultTierHeader is the request header naming the tier when `tier_header` is omitted.
+	DefaultTierHeader = "X-Agent-Serve-Tier"
+	// DefaultMaxBodyBytes caps request bodies (8 MiB) when `max_body_bytes` is omitted or 0.
+	DefaultMaxBodyBytes int64 = 8 << 20
+	// DefaultHealthPath is the backend health endpoint (vLLM serves GET /health).
+	DefaultHealthPath = "/health"
+	// DefaultPassiveRecheckSeconds is how often a passively downed backend is re-checked.
+	DefaultPassiveRecheckSeconds = 5.0
+)
+
+// DefaultSessionHeaders returns the session-ID headers checked, in this order, when
+// `session_headers` is omitted. The first one present on a request wins. Header names
+// are case-insensitive, so "X-Session-Id" is the same header as "X-Session-ID".
+//
+//   - X-Session-ID: the generic header this gateway documents for its own clients.
+//   - X-Claude-Code-Session-Id: sent on every request by Claude Code since v2.1.86
+//     (one UUID per conversation).
+//   - Session-Id: sent by the OpenAI Codex CLI (one UUID per conversation).
+//   - Session_id: the older underscore form of the Codex header (note that some proxies,
+//     nginx by default, drop headers with underscores).
+//   - X-Opencode-Session: sent by OpenCode clients (one stable ID per conversation).
+//
+// A new slice is returned on every call.
+func DefaultSessionHeaders() []string {
+	return []string{
+		"X-Session-ID",
+		"X-Claude-Code-Session-Id",
+		"Session-Id",
+		"Session_id",
+		"X-Opencode-Session",
+	}
+}
+
+// Config is the gateway configuration, plain data decoded from YAML
+// (configs/gateway.yaml). Zero values mean "use the default" where a default exists;
+// see [Config.WithDefaults].
+type Config struct {
+	// Listen is the TCP address the gateway listens on (host:port). Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Affinity is the scheduler configuration, decoded with the library's own keys
+	// (sticky_ttl_seconds, max_bindings, max_session_id_bytes, tiers). An omitted
+	// sticky_ttl_seconds means the library default (1800 s); 0 turns affinity off.
+	Affinity affinity.Config `yaml:"affinity"`
+	// Backends are the inference servers. At least one is required.
+	Backends []BackendConfig `yaml:"backends"`
+	// SessionHeaders are checked in order; the first present, non-empty one carries the
+	// session ID. Nil means [DefaultSessionHeaders].
+	SessionHeaders []string `yaml:"session_headers"`
+	// TierHeader names the request header that selects a tier. Default X-Agent-Serve-Tier.
+	TierHeader string `yaml:"tier_header"`
+	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
+	ModelTiers map[string]string `yaml:"model_tiers"`
+	// RequireSession rejects requests without a session ID (JSON 400) instead of routing
+	// them without a binding.
+	RequireSession bool `yaml:"require_session"`
+	// MaxBodyBytes caps request bodies in bytes (larger -> JSON 413). 0 means 8 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Health configures the active prober and the passive re-check.
+	Health HealthConfig `yaml:"health"`
+	// RetryOnConnectError retries a request once on the next backend when the chosen
+	// one refuses or resets the connection before sending any response byte. Nil means true.
+	RetryOnConnectError *bool `yaml:"retry_on_connect_error"`
+}
+
+// BackendConfig is one inference server.
+type BackendConfig struct {
+	// ID is the stable backend name used for hashing and bindings (required, unique).
+	ID string `yaml:"id"`
+	// URL is the base URL, e.g. http://10.0.0.5:8000 (scheme http or https, host required).
+	URL string `yaml:"url"`
+	// Weight is the relative HRW weight; 0 or omitted means 1; negative is an error.
+	Weight float64 `yaml:"weight"`
+	// Tier is the pool this backend serves; "" is the default pool.
+	Tier string `yaml:"tier"`
+}
+
+// HealthConfig is the active prober's configuration (health.ProbeConfig, inline) plus
+// an enable flag and the passive re-check interval.
+type HealthConfig struct {
+	// Enabled runs the active prober (GET <url><path> every interval) under [Gateway.Run].
+	Enabled bool `yaml:"enabled"`
+	// ProbeConfig holds path, interval_seconds, timeout_seconds, failure_threshold and
+	// success_threshold; zero values take the health package's defaults.
+	health.ProbeConfig `yaml:",inline"`
+	// PassiveRecheckSeconds is how often a backend that was marked down by a
+	// connection error is re-checked with GET <path>; it comes back after one 200
+	// (unless the active prober holds it down). 0 means 5 s.
+	PassiveRecheckSeconds float64 `yaml:"passive_recheck_seconds"`
+}
+
+// ParseConfig decodes YAML strictly (an unknown key is an error), applies defaults
+// and validates. Errors wrap [ErrInvalidConfig].
+func ParseConfig(data []byte) (Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		kind := ErrConfigSyntax
+		if strings.Contains(err.Error(), "not found in type") { // yaml.v3's unknown-field message
+			kind = ErrUnknownKey
+		}
+		return Config{}, fmt.Errorf("%w: %w: %w", ErrInvalidConfig, kind, err)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// LoadConfig reads the YAML file at path and calls [ParseConfig].
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("gateway: read config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// WithDefaults returns a copy with defaults filled in: listen address, session
+// headers, tier header, body cap, health path and passive re-check interval.
+// The affinity defaults are applied by the library itself.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.SessionHeaders == nil {
+		c.SessionHeaders = DefaultSessionHeaders()
+	}
+	if c.TierHeader == "" {
+		c.TierHeader = DefaultTierHeader
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Health.Path == "" {
+		c.Health.Path = DefaultHealthPath
+	}
+	if c.Health.PassiveRecheckSeconds == 0 {
+		c.Health.PassiveRecheckSeconds = DefaultPassiveRecheckSeconds
+	}
+	return c
+}
+
+// retryOnConnectError reports the effective retry setting (nil -> true).
+func (c Config) retryOnConnectError() bool {
+	return c.RetryOnConnectError == nil || *c.RetryOnConnectError
+}
+
+func invalid(kind error, format string, args ...any) error {
+	return fmt.Errorf("%w: %w: %s", ErrInvalidConfig, kind, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the configuration as given (call [Config.WithDefaults] first for
+// omitted fields). It returns the first problem found, wrapping [ErrInvalidConfig]
+// and a specific sentinel, with the field path and value in the message.
+func (c Config) Validate() error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return invalid(ErrListenAddress, "listen: %q: %v", c.Listen, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return invalid(ErrListenAddress, "listen: %q: port must be 0..65535", c.Listen)
+	}
+	_ = host // empty host means all interfaces
+	if err := c.Affinity.Validate(); err != nil {
+		return fmt.Errorf("%w: %w: affinity: %w", ErrInvalidConfig, ErrAffinityConfig, err)
+	}
+	if len(c.Backends) == 0 {
+		return invalid(ErrNoBackends, "backends: at least one backend is required")
+	}
+	seen := make(map[string]int, len(c.Backends))
+	for i, b := range c.Backends {
+		if strings.TrimSpace(b.ID) == "" {
+			return invalid(ErrBackendID, "backends[%d].id: %q", i, b.ID)
+		}
+		if j, dup := seen[b.ID]; dup {
+			return invalid(ErrDuplicateBackend, "backends[%d].id: %q already used by backends[%d]", i, b.ID, j)
+		}
+		seen[b.ID] = i
+		if err := checkBackendURL(b.URL); err != nil {
+			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, b.URL, err)
+		}
+		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
+			return invalid(ErrBackendWeight, "backends[%d].weight (id %q): %v: must be a finite number >= 0", i, b.ID, b.Weight)
+		}
+		if _, err := affinity.NewBackend(b.ID, b.URL, b.Weight); err != nil {
+			return invalid(ErrBackendWeight, "backends[%d] (id %q): %v", i, b.ID, err)
+		}
+	}
+	for i, h := range c.SessionHeaders {
+		if !validHeaderName(h) {
+			return invalid(ErrHeaderName, "session_headers[%d]: %q", i, h)
+		}
+	}
+	if !validHeaderName(c.TierHeader) {
+		return invalid(ErrHeaderName, "tier_header: %q", c.TierHeader)
+	}
+	for model, tier := range c.ModelTiers {
+		if tier == "" {
+			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		return invalid(ErrMaxBodyBytes, "max_body_bytes: %d: must be > 0", c.MaxBodyBytes)
+	}
+	if c.Health.Path == "" || c.Health.Path[0] != '/' {
+		return invalid(ErrHealthConfig, "health.path: %q: must start with /", c.Health.Path)
+	}
+	for name, v := range map[string]float64{
+		"health.interval_seconds": c.Health.IntervalSeconds,
+		"health.timeout_seconds":  c.Health.TimeoutSeconds,
+	} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return invalid(ErrHealthConfig, "%s: %v: must be a finite number >= 0", name, v)
+		}
+	}
+	if c.Health.FailureThreshold < 0 || c.Health.SuccessThreshold < 0 {
+		return invalid(ErrHealthConfig, "health thresholds: failure %d, success %d: must be >= 0",
+			c.Health.FailureThreshold, c.Health.SuccessThreshold)
+	}
+	if v := c.Health.PassiveRecheckSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: must be > 0", v)
+	}
+	return nil
+}
+
+func checkBackendURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("missing host")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("query and fragment are not allowed")
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is a non-empty RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return http.CanonicalHeaderKey(s) != ""
+}

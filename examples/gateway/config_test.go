@@ -1,0 +1,134 @@
+package gateway_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const minimal = `
+backends:
+  - {id: a, url: "http://127.0.0.1:8001"}
+`
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := gateway.ParseConfig([]byte(minimal))
+	require.NoError(t, err)
+	assert.Equal(t, gateway.DefaultListen, cfg.Listen)
+	assert.Equal(t, gateway.DefaultSessionHeaders(), cfg.SessionHeaders)
+	assert.Equal(t, gateway.DefaultTierHeader, cfg.TierHeader)
+	assert.Equal(t, gateway.DefaultMaxBodyBytes, cfg.MaxBodyBytes)
+	assert.Equal(t, "/health", cfg.Health.Path)
+	assert.False(t, cfg.Health.Enabled)
+	assert.False(t, cfg.RequireSession)
+	assert.Nil(t, cfg.RetryOnConnectError, "omitted retry_on_connect_error means true")
+	assert.Nil(t, cfg.Affinity.StickyTTLSeconds, "omitted sticky_ttl_seconds leaves the library default (1800)")
+}
+
+func TestParseConfigExplicitValues(t *testing.T) {
+	cfg, err := gateway.ParseConfig([]byte(`
+listen: "0.0.0.0:9000"
+affinity: {sticky_ttl_seconds: 0, max_session_id_bytes: 64, tiers: {batch: {sticky_ttl_seconds: 60}}}
+backends:
+  - {id: a, url: "http://10.0.0.1:8000", weight: 2, tier: large}
+  - {id: b, url: "https://10.0.0.2:8000/prefix/"}
+session_headers: [X-My-Session]
+tier_header: X-Tier
+model_tiers: {big-model: large}
+require_session: true
+max_body_bytes: 1024
+health: {enabled: true, path: /ready, interval_seconds: 1, failure_threshold: 2, passive_recheck_seconds: 3}
+retry_on_connect_error: false
+`))
+	require.NoError(t, err)
+	require.NotNil(t, cfg.Affinity.StickyTTLSeconds)
+	assert.Equal(t, int64(0), *cfg.Affinity.StickyTTLSeconds, "an explicit 0 stays 0 (affinity off)")
+	assert.Equal(t, 64, cfg.Affinity.MaxSessionIDBytes)
+	assert.Equal(t, []string{"X-My-Session"}, cfg.SessionHeaders)
+	assert.Equal(t, "large", cfg.ModelTiers["big-model"])
+	assert.Equal(t, 2.0, cfg.Backends[0].Weight)
+	assert.Equal(t, "/ready", cfg.Health.Path)
+	assert.Equal(t, 2, cfg.Health.FailureThreshold)
+	assert.Equal(t, 3.0, cfg.Health.PassiveRecheckSeconds)
+	require.NotNil(t, cfg.RetryOnConnectError)
+	assert.False(t, *cfg.RetryOnConnectError)
+	assert.True(t, cfg.RequireSession)
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		yaml     string
+		want     error
+		contains []string // field and value named in the message
+	}{
+		{"unknown top-level key", "listen_addr: x\n" + minimal, gateway.ErrUnknownKey, []string{"listen_addr"}},
+		{"unknown backend key", "backends: [{id: a, url: 'http://h:1', wieght: 2}]", gateway.ErrUnknownKey, []string{"wieght"}},
+		{"unknown affinity key", "affinity: {sticky_ttl: 5}\n" + minimal, gateway.ErrUnknownKey, []string{"sticky_ttl"}},
+		{"unknown health key", "health: {enable: true}\n" + minimal, gateway.ErrUnknownKey, []string{"enable"}},
+		{"wrong type", "max_body_bytes: lots\n" + minimal, gateway.ErrConfigSyntax, []string{"lots"}},
+		{"no backends", "listen: 127.0.0.1:8080\n", gateway.ErrNoBackends, []string{"backends"}},
+		{"empty backends", "backends: []\n", gateway.ErrNoBackends, []string{"backends"}},
+		{"empty backend id", "backends: [{url: 'http://h:1'}]", gateway.ErrBackendID, []string{"backends[0].id"}},
+		{"duplicate backend id", "backends: [{id: a, url: 'http://h:1'}, {id: a, url: 'http://h:2'}]", gateway.ErrDuplicateBackend, []string{"backends[1].id", `"a"`}},
+		{"bad url scheme", "backends: [{id: a, url: 'ftp://h:1'}]", gateway.ErrBackendURL, []string{"backends[0].url", "ftp://h:1"}},
+		{"url without host", "backends: [{id: a, url: 'http://'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://"}},
+		{"unparsable url", "backends: [{id: a, url: 'http://h:port'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://h:port"}},
+		{"negative weight", "backends: [{id: a, url: 'http://h:1', weight: -1}]", gateway.ErrBackendWeight, []string{"backends[0].weight", "-1"}},
+		{"infinite weight", "backends: [{id: a, url: 'http://h:1', weight: .inf}]", gateway.ErrBackendWeight, []string{"backends[0].weight", "Inf"}},
+		{"listen without port", "listen: localhost\n" + minimal, gateway.ErrListenAddress, []string{"listen", "localhost"}},
+		{"listen bad port", "listen: '127.0.0.1:99999'\n" + minimal, gateway.ErrListenAddress, []string{"listen", "99999"}},
+		{"negative ttl", "affinity: {sticky_ttl_seconds: -5}\n" + minimal, gateway.ErrAffinityConfig, []string{"sticky_ttl_seconds", "-5"}},
+		{"negative max_body_bytes", "max_body_bytes: -1\n" + minimal, gateway.ErrMaxBodyBytes, []string{"max_body_bytes", "-1"}},
+		{"bad session header", "session_headers: ['X Session']\n" + minimal, gateway.ErrHeaderName, []string{"session_headers[0]", "X Session"}},
+		{"bad tier header", "tier_header: 'a:b'\n" + minimal, gateway.ErrHeaderName, []string{"tier_header", "a:b"}},
+		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
+		{"health path", "health: {path: health}\n" + minimal, gateway.ErrHealthConfig, []string{"health.path", "health"}},
+		{"health interval", "health: {interval_seconds: -1}\n" + minimal, gateway.ErrHealthConfig, []string{"health.interval_seconds", "-1"}},
+		{"passive recheck", "health: {passive_recheck_seconds: -2}\n" + minimal, gateway.ErrPassiveRecheck, []string{"passive_recheck_seconds", "-2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := gateway.ParseConfig([]byte(tt.yaml))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, gateway.ErrInvalidConfig)
+			assert.ErrorIs(t, err, tt.want)
+			for _, s := range tt.contains {
+				assert.Contains(t, err.Error(), s)
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	_, err := gateway.New(gateway.Config{})
+	assert.ErrorIs(t, err, gateway.ErrNoBackends)
+	_, err = gateway.New(gateway.Config{Backends: []gateway.BackendConfig{{ID: "a", URL: "http://h:1"}}, MaxBodyBytes: -3})
+	assert.ErrorIs(t, err, gateway.ErrMaxBodyBytes)
+}
+
+func TestLoadConfigShippedExample(t *testing.T) {
+	cfg, err := gateway.LoadConfig(filepath.Join("..", "configs", "gateway.yaml"))
+	require.NoError(t, err)
+	assert.Len(t, cfg.Backends, 3)
+	require.NotNil(t, cfg.Affinity.StickyTTLSeconds)
+	assert.Equal(t, int64(1800), *cfg.Affinity.StickyTTLSeconds)
+	assert.True(t, cfg.Health.Enabled)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	g.Close()
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	_, err := gateway.LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
+	assert.True(t, errors.Is(err, os.ErrNotExist), "got %v", err)
+}

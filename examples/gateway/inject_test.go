@@ -1,0 +1,75 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+func TestInjectMetadata(t *testing.T) {
+	meta := []byte(`{"backend":"b1","affinity_hit":true,"tier":""}`)
+	tests := []struct {
+		name string
+		body string
+		ok   bool
+		want string
+	}{
+		{"object", `{"id":"x","n":1}`, true, `{"x_agent_serve":{"backend":"b1","affinity_hit":true,"tier":""},"id":"x","n":1}`},
+		{"empty object", `{}`, true, `{"x_agent_serve":{"backend":"b1","affinity_hit":true,"tier":""}}`},
+		{"leading space and newline kept", " \n{\"a\":[1]}\n", true, " \n{\"x_agent_serve\":{\"backend\":\"b1\",\"affinity_hit\":true,\"tier\":\"\"},\"a\":[1]}\n"},
+		{"array", `[1,2]`, false, `[1,2]`},
+		{"string", `"x"`, false, `"x"`},
+		{"invalid", `{"a":`, false, `{"a":`},
+		{"empty", ``, false, ``},
+		{"already present", `{"x_agent_serve":1}`, false, `{"x_agent_serve":1}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := gateway.InjectMetadata([]byte(tt.body), meta)
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.want, string(got))
+			if ok {
+				var v map[string]any
+				require.NoError(t, json.Unmarshal(got, &v))
+				assert.Equal(t, "b1", v["x_agent_serve"].(map[string]any)["backend"])
+			}
+		})
+	}
+}
+
+func ExampleInjectMetadata() {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion"}`)
+	meta, _ := json.Marshal(gateway.Metadata{Backend: "vllm-a", AffinityHit: true, Tier: "large"})
+	out, ok := gateway.InjectMetadata(body, meta)
+	fmt.Println(ok)
+	fmt.Println(string(out))
+	// Output:
+	// true
+	// {"x_agent_serve":{"backend":"vllm-a","affinity_hit":true,"tier":"large"},"id":"chatcmpl-1","object":"chat.completion"}
+}
+
+func ExampleParseConfig() {
+	cfg, err := gateway.ParseConfig([]byte(`
+listen: 127.0.0.1:8080
+affinity: {sticky_ttl_seconds: 1800}
+backends:
+  - {id: vllm-a, url: "http://10.0.0.5:8000"}
+  - {id: vllm-b, url: "http://10.0.0.6:8000", weight: 2}
+`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(len(cfg.Backends), *cfg.Affinity.StickyTTLSeconds, cfg.SessionHeaders[0], cfg.MaxBodyBytes)
+
+	_, err = gateway.ParseConfig([]byte(`backends: [{id: a, url: "http://h:1"}, {id: a, url: "http://h:2"}]`))
+	fmt.Println(err)
+	// Output:
+	// 2 1800 X-Session-ID 8388608
+	// gateway: invalid config: gateway: duplicate backend id: backends[1].id: "a" already used by backends[0]
+}

@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+// retryTransport implements passive health checking: a connection error (refused,
+// reset, closed before any response byte) marks the backend down in the scheduler
+// and, when retry_on_connect_error is on, the request is replayed once on the next
+// choice. Nothing has been written to the client at that point: RoundTrip has not
+// returned a response yet.
+type retryTransport struct{ g *Gateway }
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	g := t.g
+	resp, err := g.base.RoundTrip(req)
+	if err == nil {
+		return resp, nil
+	}
+	st := routeFrom(req.Context())
+	if st == nil || req.Context().Err() != nil || !IsConnectError(err) {
+		return nil, err
+	}
+	failed, _ := st.current()
+	g.markPassiveDown(failed.id, err)
+	if !g.retry {
+		return nil, err
+	}
+	st.mu.Lock()
+	if st.retried {
+		st.mu.Unlock()
+		return nil, err
+	}
+	st.retried = true
+	st.mu.Unlock()
+
+	next, hit, serr := g.choose(st)
+	if serr != nil || next.id == failed.id {
+		g.log.Warn("no backend to retry on", "failed", failed.id, "err", serr)
+		return nil, err
+	}
+	st.mu.Lock()
+	st.backend, st.hit = next, hit
+	st.mu.Unlock()
+	g.log.Info("retrying request on next backend", "failed", failed.id, "backend", next.id)
+
+	out := req.Clone(req.Context())
+	out.URL = cloneURL(st.in)
+	(&httputil.ProxyRequest{In: st.in, Out: out}).SetURL(next.url)
+	if req.GetBody != nil {
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, err
+		}
+		out.Body = body
+	}
+	resp, err = g.base.RoundTrip(out)
+	if err != nil && out.Context().Err() == nil && IsConnectError(err) {
+		g.markPassiveDown(next.id, err)
+	}
+	return resp, err
+}
+
+func cloneURL(in *http.Request) *url.URL {
+	u := *in.URL
+	return &u
+}
+
+// IsConnectError reports whether err from a RoundTrip means the backend could not be
+// reached or dropped the connection before sending a response: dial errors, refused
+// or reset connections, EOF before the response head. Timeouts waiting for a
+// response and cancellations are not connection errors.
+func IsConnectError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		if op.Op == "dial" {
+			return true
+		}
+		if op.Timeout() {
+			return false
+		}
+		return true
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	}
+	// net/http's unexported errServerClosedIdle.
+	return strings.Contains(err.Error(), "server closed idle connection")
+}
+
+func (g *Gateway) markPassiveDown(id string, err error) {
+	n := g.sched.OnBackendDown(id)
+	g.mu.Lock()
+	first := !g.passive[id]
+	g.passive[id] = true
+	g.mu.Unlock()
+	if first {
+		g.log.Warn("backend marked down by connection error", "backend", id, "bindings_broken", n, "err", err)
+	}
+}
+
+// PassivelyDown returns the IDs of backends currently held down by a connection
+// error and awaiting their re-check, in configuration order.
+func (g *Gateway) PassivelyDown() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ids []string
+	for _, b := range g.backends {
+		if g.passive[b.id] {
+			ids = append(ids, b.id)
+		}
+	}
+	return ids
+}
+
+// RecheckPassive checks every passively downed backend once (GET <url><health.path>)
+// and brings back, via Scheduler.OnBackendUp, those answering 200 — unless the active
+// prober currently holds them Down, in which case the prober decides. It blocks until
+// the checks are done and returns the IDs brought back.
+func (g *Gateway) RecheckPassive(ctx context.Context) []string {
+	var up []string
+	for _, id := range g.PassivelyDown() {
+		b := g.byID[id]
+		if g.prober != nil && g.prober.State(id) == health.Down {
+			continue
+		}
+		if !g.checkHealth(ctx, b) {
+			continue
+		}
+		g.mu.Lock()
+		delete(g.passive, id)
+		g.mu.Unlock()
+		g.sched.OnBackendUp(id)
+		g.log.Info("backend back after passive re-check", "backend", id)
+		up = append(up, id)
+	}
+	return up
+}
+
+// ProbeOnce runs one synchronous round of the active prober over every backend and
+// applies the resulting transitions to the scheduler before it returns. It is a no-op
+// when health.enabled is false. [Gateway.Run] does this every interval on its own.
+func (g *Gateway) ProbeOnce(ctx context.Context) {
+	if g.prober != nil {
+		g.prober.ProbeOnce(ctx)
+	}
+}
+
+func (g *Gateway) checkHealth(ctx context.Context, b *backend) bool {
+	u := *b.url
+	u.Path = strings.TrimSuffix(u.Path, "/") + g.cfg.Health.Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := g.checker.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (g *Gateway) recheckLoop(ctx context.Context) {
+	ticks := g.recheck
+	if ticks == nil {
+		t := time.NewTicker(time.Duration(g.cfg.Health.PassiveRecheckSeconds * float64(time.Second)))
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+			g.RecheckPassive(ctx)
+		}
+	}
+}
