@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func noSleep(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+
+func smallParams() Params {
+	p := DefaultParams()
+	p.Sessions, p.Turns, p.Concurrency, p.PromptBytes = 3, 3, 2, 1024
+	p.Sleep = noSleep
+	return p
+}
+
+func TestStudySmall(t *testing.T) {
+	p := smallParams()
+	results, err := Run(context.Background(), p)
+	require.NoError(t, err)
+	require.Len(t, results, 2)
+
+	on, off := results[0], results[1]
+	assert.Equal(t, 9, on.Requests)
+	assert.Equal(t, 6.0, on.Hits, "hits from the gateway's /metrics")
+	assert.Equal(t, 3.0, on.Misses)
+	assert.Equal(t, 2.0/3.0, on.HitRate())
+	assert.Len(t, on.Cold, 3)
+	assert.Len(t, on.Warm, 6)
+	assert.Equal(t, 3, on.ColdByCache, "misses and cache-cold turns agree")
+	assert.Greater(t, on.CacheHitRate(), 0.5)
+
+	assert.Equal(t, 9, off.Requests, "off-sessions defaults to sessions*turns")
+	assert.Equal(t, 0.0, off.HitRate())
+	assert.Len(t, off.Cold, 9)
+	assert.Empty(t, off.Warm)
+	assert.Less(t, off.CacheHitRate(), 0.05, "sessions share no prefix")
+
+	var buf bytes.Buffer
+	require.NoError(t, WriteTable(&buf, p, results))
+	out := buf.String()
+	assert.Contains(t, out, "| affinity ON (3 sessions x 3 turns) | 9 | 66.7 % |")
+	assert.Contains(t, out, "| affinity OFF (9 single-turn sessions) | 9 | 0.0 % |")
+}
+
+func TestParamsValidation(t *testing.T) {
+	for _, mutate := range []func(*Params){
+		func(p *Params) { p.Backends = 0 },
+		func(p *Params) { p.Concurrency = 0 },
+		func(p *Params) { p.Turns = 0 },
+		func(p *Params) { p.TimeScale = 0 },
+		func(p *Params) { p.PromptBytes = 10 },
+	} {
+		p := smallParams()
+		mutate(&p)
+		_, err := Run(context.Background(), p)
+		assert.Error(t, err)
+	}
+}
+
+func TestRunFlags(t *testing.T) {
+	assert.Error(t, run([]string{"-backends", "0"}))
+	assert.Error(t, run([]string{"-nope"}))
+	assert.Error(t, run([]string{"extra"}))
+}
