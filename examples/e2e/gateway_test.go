@@ -286,6 +286,19 @@ func TestBadRequests(t *testing.T) {
 			assert.Contains(t, message, tt.message)
 		})
 	}
+	t.Run("malformed JSON with curl's form content type", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, c.url+"/v1/chat/completions", strings.NewReader(`{"model":`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Session-ID", "s")
+		resp, err := c.client.Do(req)
+		require.NoError(t, err)
+		data, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		code, _ := errorCode(t, data)
+		assert.Equal(t, "invalid_json", code)
+	})
 	for id, b := range c.backends {
 		assert.Zero(t, b.sim.Stats().Requests, "backend %s saw a rejected request", id)
 	}

@@ -11,8 +11,10 @@
 //
 //  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413) and kept
 //     in memory so a request can be replayed once on another backend.
-//  2. For POST requests with a JSON (or absent) Content-Type the body must be a JSON
-//     object (otherwise JSON 400); its "model" is read.
+//  2. The body of a POST request must be a JSON object (otherwise JSON 400) when its
+//     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
+//     (.../chat/completions, /completions, /embeddings, /responses) with any
+//     non-multipart Content-Type; its "model" is read. Other bodies pass unparsed.
 //  3. The session ID is the value of the first header of session_headers present on
 //     the request (see [DefaultSessionHeaders]; the order is the check order).
 //  4. The tier is the tier_header value (it must name a tier the config knows:

@@ -475,16 +475,21 @@ func (g *Gateway) tier(r *http.Request, model string) (string, error) {
 	return g.cfg.ModelTiers[model], nil
 }
 
-// parseModel extracts the "model" of a JSON request body. Bodies of POST requests
-// whose Content-Type is JSON (or absent) must be a JSON object; other requests are
-// not inspected.
+// jsonEndpoints are the OpenAI-compatible POST endpoints whose body is JSON whatever
+// Content-Type the client sent (curl -d sends application/x-www-form-urlencoded).
+var jsonEndpoints = []string{"/chat/completions", "/completions", "/embeddings", "/responses"}
+
+// parseModel extracts the "model" of a JSON request body. The body of a POST request
+// must be a JSON object when its Content-Type is JSON or absent, or when its path ends
+// in one of jsonEndpoints and it is not multipart; other requests are not inspected.
 func parseModel(r *http.Request, body []byte) (string, error) {
 	if r.Method != http.MethodPost || len(body) == 0 {
 		return "", nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		isJSON := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+		if !isJSON && (strings.HasPrefix(mt, "multipart/") || !isJSONEndpoint(r.URL.Path)) {
 			return "", nil
 		}
 	}
@@ -502,6 +507,15 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 		return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", req.Model)
 	}
 	return model, nil
+}
+
+func isJSONEndpoint(path string) bool {
+	for _, e := range jsonEndpoints {
+		if strings.HasSuffix(path, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
