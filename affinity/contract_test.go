@@ -379,12 +379,14 @@ func TestRule7Errors(t *testing.T) {
 		{"no candidates", "s", "", nil, nil, affinity.ErrNoCandidates},
 		{"empty candidates", "s", "", []affinity.Backend{}, nil, affinity.ErrNoCandidates},
 		{"zero backend", "s", "", []affinity.Backend{bs[0], {}}, nil, affinity.ErrInvalidBackend},
+		{"zero backend after the bound one", "bound", "", []affinity.Backend{bs[0], bs[1], {}}, nil, affinity.ErrInvalidBackend},
+		{"zero backend, ttl-0 tier", "s", "off", []affinity.Backend{{}, bs[0]}, nil, affinity.ErrInvalidBackend},
 		{"all down", "s", "", bs[:2], []string{bs[0].ID(), bs[1].ID()}, affinity.ErrNoEligibleBackend},
 		{"all down, bound session", "bound", "", bs[:2], []string{bs[0].ID(), bs[1].ID()}, affinity.ErrNoEligibleBackend},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, affinity.Config{})
+			f := newFixture(t, affinity.Config{Tiers: map[string]affinity.TierConfig{"off": {StickyTTLSeconds: affinity.TTLSeconds(0)}}})
 			_, _ = f.sel(t, "bound", "", bs[:2])
 			for _, id := range tc.down {
 				f.s.Health().MarkDown(id) // not OnBackendDown: the binding stays

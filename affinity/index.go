@@ -17,8 +17,9 @@ type index struct {
 
 func (x *index) home(h uint32) int { return int(h) & (len(x.slots) - 1) }
 
-// find returns the entry index whose key equals key (0 if none).
-func (x *index) find(sh *shard, h uint32, key []byte) uint32 {
+// find returns the entry index whose key is (tier, session) (0 if none). It compares the
+// stored key in place: no key is built for a lookup.
+func (x *index) find(sh *shard, h uint32, tier, session string) uint32 {
 	if len(x.slots) == 0 {
 		return 0
 	}
@@ -28,7 +29,7 @@ func (x *index) find(sh *shard, h uint32, key []byte) uint32 {
 		if uint32(s) == 0 {
 			return 0
 		}
-		if uint32(s>>32) == h && sh.at(uint32(s)).key == string(key) {
+		if uint32(s>>32) == h && keyIs(sh.at(uint32(s)).key, tier, session) {
 			return uint32(s)
 		}
 	}

@@ -45,6 +45,8 @@ func (s *Scheduler) Health() *health.Set { return s.health }
 // Table returns the underlying binding table (shared, not a copy).
 func (s *Scheduler) Table() *Table { return s.t }
 
+// validate checks the arguments that need no table access. The candidates themselves are
+// checked by checkCandidates (or, on the hit path, by findBackend in the same pass).
 func (s *Scheduler) validate(sessionID, tier string, candidates []Backend) error {
 	if err := s.t.checkKey(sessionID, tier); err != nil {
 		return err
@@ -52,12 +54,21 @@ func (s *Scheduler) validate(sessionID, tier string, candidates []Backend) error
 	if len(candidates) == 0 {
 		return ErrNoCandidates
 	}
+	return nil
+}
+
+// checkCandidates rejects a zero Backend (empty ID); NewBackend guarantees the rest.
+func checkCandidates(candidates []Backend) error {
 	for i := range candidates {
 		if candidates[i].node.ID() == "" {
-			return fmt.Errorf("%w: candidates[%d] has an empty ID (zero Backend?)", ErrInvalidBackend, i)
+			return invalidCandidate(i)
 		}
 	}
 	return nil
+}
+
+func invalidCandidate(i int) error {
+	return fmt.Errorf("%w: candidates[%d] has an empty ID (zero Backend?)", ErrInvalidBackend, i)
 }
 
 // state returns the health state of id, skipping the map lookup when all are healthy.
@@ -96,6 +107,22 @@ func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State) {
 	return -1, health.Down
 }
 
+// findBackend returns the index of the first candidate with this ID (hash compared
+// first), or -1, and in the same pass the index of the first zero Backend (or -1).
+func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
+	found, invalid = -1, -1
+	for j := range cands {
+		n := &cands[j].node
+		if n.Hash() == hash && found < 0 && n.ID() == id {
+			found = j
+		}
+		if len(n.ID()) == 0 && invalid < 0 {
+			invalid = j
+		}
+	}
+	return found, invalid
+}
+
 func noEligible(cands []Backend) error {
 	return fmt.Errorf("%w: all %d candidates are down", ErrNoEligibleBackend, len(cands))
 }
@@ -121,6 +148,9 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 	sh := t.shardFor(kh)
 	cls, enabled := t.classOf(tier)
 	if !enabled { // TTL 0: the HRW winner, nothing stored
+		if err := checkCandidates(candidates); err != nil {
+			return Backend{}, false, err
+		}
 		w, _ := s.pick(kh, candidates)
 		if w < 0 {
 			return Backend{}, false, noEligible(candidates)
@@ -132,13 +162,11 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 		return candidates[w], false, nil
 	}
 
-	var buf [stackKeyBytes]byte
-	key := appendKey(buf[:0], tier, sessionID)
 	now := t.clock.now()
 	w, wst := -1, health.Healthy
 	for {
 		sh.mu.Lock()
-		i := sh.idx.find(sh, uint32(kh), key)
+		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 		found := i != 0
 		var reason metrics.Reason
 		var boundID string
@@ -147,14 +175,11 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			if now-e.lastUse < t.ttls[e.class] {
 				slot := &sh.slots[e.slot]
 				boundID = slot.id
-				ci := -1
-				for j := range candidates {
-					if candidates[j].node.Hash() == slot.hash && candidates[j].node.ID() == slot.id {
-						ci = j
-						break
-					}
-				}
+				ci, bad := findBackend(candidates, slot.hash, slot.id)
 				switch {
+				case bad >= 0:
+					sh.mu.Unlock()
+					return Backend{}, false, invalidCandidate(bad)
 				case ci < 0:
 					reason = metrics.ReasonNotCandidate
 				case s.state(slot.id) == health.Down:
@@ -172,6 +197,9 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			// Compute the winner outside the lock, then decide again: nothing is changed
 			// before we know the call succeeds.
 			sh.mu.Unlock()
+			if err := checkCandidates(candidates); err != nil {
+				return Backend{}, false, err
+			}
 			if w, wst = s.pick(kh, candidates); w < 0 {
 				return Backend{}, false, noEligible(candidates)
 			}
@@ -194,7 +222,7 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			}
 		}
 		wb := &candidates[w].node
-		evTier, ev := sh.insert(t, uint32(kh), key, cls, wb.ID(), wb.Hash(), now)
+		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), wb.Hash(), now)
 		sh.c.misses++
 		sh.mu.Unlock()
 		if reason != 0 {

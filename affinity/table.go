@@ -24,9 +24,6 @@ const (
 	chunkSize  = 1 << chunkShift
 	chunkMask  = chunkSize - 1
 
-	// Keys up to this many bytes are built on the stack for lookups.
-	stackKeyBytes = 1 + MaxTierBytes + DefaultMaxSessionIDBytes
-
 	// Expired bindings reclaimed from each LRU list's tail per insert (amortized sweep).
 	reclaimPerInsert = 2
 )
@@ -150,7 +147,7 @@ func (sh *shard) slotFor(id string, hash uint64) uint32 {
 
 // insert stores a new binding (the key must be absent), first reclaiming a few expired
 // bindings and, at the cap, evicting the shard's least-recently-used one (returned).
-func (sh *shard) insert(t *Table, h uint32, key []byte, cls uint8, id string, hash uint64, now int64) (evictedTier string, evicted bool) {
+func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id string, hash uint64, now int64) (evictedTier string, evicted bool) {
 	sh.reclaim(t, now, reclaimPerInsert)
 	if sh.n >= sh.cap {
 		if v := sh.lru(); v != 0 {
@@ -163,7 +160,7 @@ func (sh *shard) insert(t *Table, h uint32, key []byte, cls uint8, id string, ha
 	si := sh.slotFor(id, hash)
 	i := sh.alloc()
 	e := sh.at(i)
-	e.key = string(key) // the miss path's one allocation
+	e.key = makeKey(tier, session) // the miss path's one allocation
 	e.class = cls
 	e.slot = si
 	l := &sh.lists[cls]
@@ -245,12 +242,22 @@ func (sh *shard) lru() uint32 {
 	return v
 }
 
-// appendKey appends the binding key of (tier, session): one byte len(tier), the tier,
-// the session ID. The length prefix makes the encoding injective.
-func appendKey(dst []byte, tier, session string) []byte {
-	dst = append(dst, byte(len(tier)))
-	dst = append(dst, tier...)
-	return append(dst, session...)
+// makeKey returns the binding key of (tier, session): one byte len(tier), the tier, the
+// session ID. The length prefix makes the encoding injective. One allocation, which also
+// copies the session ID (the table never pins a caller's request buffer).
+func makeKey(tier, session string) string {
+	var b strings.Builder
+	b.Grow(1 + len(tier) + len(session))
+	b.WriteByte(byte(len(tier)))
+	b.WriteString(tier)
+	b.WriteString(session)
+	return b.String()
+}
+
+// keyIs reports whether key is the binding key of (tier, session), without building it.
+func keyIs(key, tier, session string) bool {
+	return len(key) == 1+len(tier)+len(session) && key[0] == byte(len(tier)) &&
+		key[1:1+len(tier)] == tier && key[1+len(tier):] == session
 }
 
 // tierOf recovers the tier from a key (a substring: no allocation).
@@ -413,14 +420,12 @@ func (t *Table) get(sessionID, tier string, touch bool) (string, bool) {
 	if t.checkKey(sessionID, tier) != nil {
 		return "", false
 	}
-	var buf [stackKeyBytes]byte
-	key := appendKey(buf[:0], tier, sessionID)
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
 	now := t.clock.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), key)
+	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i == 0 {
 		return "", false
 	}
@@ -450,16 +455,14 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 	if !ok {
 		return nil
 	}
-	var buf [stackKeyBytes]byte
-	key := appendKey(buf[:0], tier, sessionID)
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
 	now := t.clock.now()
 	sh.mu.Lock()
-	if i := sh.idx.find(sh, uint32(kh), key); i != 0 {
+	if i := sh.idx.find(sh, uint32(kh), tier, sessionID); i != 0 {
 		sh.remove(i)
 	}
-	evTier, ev := sh.insert(t, uint32(kh), key, cls, backendID, hrw.NodeHash(backendID), now)
+	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, backendID, hrw.NodeHash(backendID), now)
 	sh.mu.Unlock()
 	if ev {
 		t.rec.Evicted(evTier)
@@ -473,13 +476,11 @@ func (t *Table) Delete(sessionID, tier string) bool {
 	if t.checkKey(sessionID, tier) != nil {
 		return false
 	}
-	var buf [stackKeyBytes]byte
-	key := appendKey(buf[:0], tier, sessionID)
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), key)
+	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i != 0 {
 		sh.remove(i)
 	}
