@@ -12,24 +12,29 @@ import "slices"
 // only on an exact tie; mixed weights take ln only for nodes that the bound
 // s <= w/(1-u) cannot rule out. The result is identical to computing every score.
 //
-// Cost: O(n) in nodes (one multiply-xorshift mix per node, plus a scan of the nodes
-// before the winner to rule out duplicates), 0 allocs. Safe for concurrent use.
+// Cost: O(n) in nodes: one multiply-xorshift mix and one compare per node; when the
+// weights are not all equal, plus a scan of the nodes before the winner (one compare
+// each) to apply the duplicate rule. 0 allocs. Safe for concurrent use.
 func Pick(keyHash uint64, nodes []Node) int {
-	bi := pickCore(keyHash, nodes)
-	if bi > 0 && dupBefore(nodes, bi, nil) {
+	bi, varied := pickCore(keyHash, nodes)
+	// With all weights equal a later copy of an ID ties with its first occurrence and
+	// loses on index, so only varied weights need the duplicate scan.
+	if varied && bi > 0 && dupBefore(nodes, bi, nil) {
 		return pickExact(keyHash, nodes, nil)
 	}
 	return bi
 }
 
 // pickCore is Pick without the duplicate rule (a later copy of an ID counts as a
-// distinct node). The scans run in leaf functions so that their loops keep everything
-// in registers; pickCore itself only handles the rare nodes they stop at.
-func pickCore(kh uint64, nodes []Node) int {
+// distinct node). It also reports whether the weights varied (two different positive
+// weights, or a weight 0). The scans run in leaf functions so that their loops keep
+// everything in registers; pickCore itself only handles the rare nodes they stop at.
+func pickCore(kh uint64, nodes []Node) (int, bool) {
 	bi := firstLive(nodes)
 	if bi < 0 {
-		return -1
+		return -1, false
 	}
+	varied := bi > 0
 	bn := &nodes[bi]
 	bm := splitmix64(kh^bn.hash) >> 11
 	bw, bs := bn.weight, 0.0 // bs: the best's score, kept only once weights differ
@@ -54,6 +59,10 @@ func pickCore(kh uint64, nodes []Node) int {
 			}
 			continue
 		}
+		varied = true
+		if n.weight == 0 {
+			continue
+		}
 		if !mixed {
 			mixed, bs = true, score(bw, bm)
 		}
@@ -61,7 +70,7 @@ func pickCore(kh uint64, nodes []Node) int {
 			bi, bn, bm, bw, bs = i, n, m, n.weight, s
 		}
 	}
-	return bi
+	return bi, varied
 }
 
 // firstLive returns the index of the first node with a positive weight, or -1.
@@ -74,18 +83,15 @@ func firstLive(nodes []Node) int {
 	return -1
 }
 
-// scanEqual returns the first index j >= i (and its m) of a node that may beat the best
-// (weight bw > 0, mixed value bm) when every node seen so far has weight bw: a node with
-// another positive weight, or one with weight bw and m >= bm. It returns len(nodes) if
-// there is none. Nodes with weight 0 are skipped.
+// scanEqual returns the first index j >= i (and its m) of a node that is not certain
+// to lose to the best (weight bw > 0, mixed value bm) when every node seen so far has
+// weight bw: a node with another weight (0 included, so that the caller notices it), or
+// one with weight bw and m >= bm. It returns len(nodes) if there is none.
 func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint64) {
 	rest := nodes[i:]
 	for j := range rest {
 		n := &rest[j]
 		if n.weight != bw {
-			if n.weight == 0 {
-				continue
-			}
 			return i + j, splitmix64(kh^n.hash) >> 11
 		}
 		if m := splitmix64(kh^n.hash) >> 11; m >= bm {
@@ -120,8 +126,8 @@ func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64
 // a new slice: it returns the same index as Pick would over the eligible subsequence
 // (mapped back to an index into nodes), or -1 if there is none. Duplicates collapse to
 // the first eligible occurrence. A nil eligible means all nodes are eligible.
-// eligible is called once per node with weight > 0 (plus, rarely, on the nodes before
-// the winner that share its hash) and must not modify nodes.
+// eligible is called once per node (plus, rarely, on the nodes before the winner that
+// share its hash) and must not modify nodes.
 //
 // Cost: O(n) in nodes plus n calls of eligible, 0 allocs (eligible's own allocations
 // aside). Safe for concurrent use if eligible is.
@@ -133,9 +139,18 @@ func PickFunc(keyHash uint64, nodes []Node, eligible func(i int) bool) int {
 	var bn *Node
 	var bm uint64
 	bw, bs := -1.0, 0.0
+	w0, seen, varied := 0.0, false, false
 	for i := range nodes {
 		n := &nodes[i]
-		if n.weight == 0 || !eligible(i) {
+		if !eligible(i) {
+			continue
+		}
+		if !seen {
+			w0, seen = n.weight, true
+		} else if n.weight != w0 {
+			varied = true
+		}
+		if n.weight == 0 {
 			continue
 		}
 		m := splitmix64(keyHash^n.hash) >> 11
@@ -157,7 +172,7 @@ func PickFunc(keyHash uint64, nodes []Node, eligible func(i int) bool) int {
 			bs = nbs
 		}
 	}
-	if bi > 0 && dupBefore(nodes, bi, eligible) {
+	if varied && bi > 0 && dupBefore(nodes, bi, eligible) {
 		return pickExact(keyHash, nodes, eligible)
 	}
 	return bi
@@ -219,7 +234,7 @@ func firstEligible(nodes []Node, i int, eligible func(int) bool) bool {
 // a later duplicate of an earlier node (which had a different weight).
 func pickExact(keyHash uint64, nodes []Node, eligible func(int) bool) int {
 	var buf [1]int
-	r := topk(keyHash, nodes, eligible, 1, buf[:0], true)
+	r, _ := topk(keyHash, nodes, eligible, 1, buf[:0], true)
 	if len(r) == 0 {
 		return -1
 	}
@@ -233,8 +248,8 @@ func pickExact(keyHash uint64, nodes []Node, eligible func(int) bool) int {
 // the result may hold fewer than k indices. k <= 0 returns dst[:0].
 //
 // Cost: O(n) in nodes plus O(k) per insertion into the running top k (expected
-// O(k·log(n/k)) insertions), plus a duplicate scan of the nodes before each result;
-// 0 allocs if cap(dst) >= k. Safe for concurrent use.
+// O(k·log(n/k)) insertions), plus, when the weights are not all equal, a duplicate scan
+// of the nodes before each result; 0 allocs if cap(dst) >= k. Safe for concurrent use.
 func TopK(dst []int, keyHash uint64, nodes []Node, k int) []int {
 	return TopKFunc(dst, keyHash, nodes, k, nil)
 }
@@ -242,10 +257,14 @@ func TopK(dst []int, keyHash uint64, nodes []Node, k int) []int {
 // TopKFunc is [TopK] over the nodes for which eligible(i) reports true (nil: all), with
 // the semantics of [PickFunc]. Cost as TopK plus the calls of eligible.
 func TopKFunc(dst []int, keyHash uint64, nodes []Node, k int, eligible func(i int) bool) []int {
-	dst = topk(keyHash, nodes, eligible, k, dst[:0], false)
-	for _, i := range dst {
-		if dupBefore(nodes, i, eligible) {
-			return topk(keyHash, nodes, eligible, k, dst[:0], true)
+	dst, varied := topk(keyHash, nodes, eligible, k, dst[:0], false)
+	for j, i := range dst {
+		// With all weights equal a later copy of an ID ranks right after its first
+		// occurrence, so it can only be in the result together with it: comparing the
+		// results with each other is enough. Otherwise scan everything before it.
+		if (!varied && dupIn(nodes, dst[:j], i)) || (varied && dupBefore(nodes, i, eligible)) {
+			dst, _ = topk(keyHash, nodes, eligible, k, dst[:0], true)
+			return dst
 		}
 	}
 	return dst
@@ -254,11 +273,13 @@ func TopKFunc(dst []int, keyHash uint64, nodes []Node, k int, eligible func(i in
 // topk keeps the running best k in dst (best first). With exact set, a node enters only
 // if it is the first eligible occurrence of its ID; without it, duplicates are treated as
 // distinct nodes (the caller checks the result and retries exactly if needed: if no
-// result is a later duplicate, the result equals the deduplicated one).
-func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, exact bool) []int {
+// result is a later duplicate, the result equals the deduplicated one). It also reports
+// whether the weights of the eligible nodes varied (two values, 0 included).
+func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, exact bool) ([]int, bool) {
 	if k <= 0 {
-		return dst
+		return dst, false
 	}
+	w0, seen, varied := 0.0, false, false
 	var thr key    // the k-th entry's key once dst is full
 	mixed := false // thr.s is kept up to date (weights differ)
 	for i := 0; i < len(nodes); i++ {
@@ -274,7 +295,15 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 			}
 		}
 		n := &nodes[i]
-		if n.weight == 0 || (eligible != nil && !eligible(i)) {
+		if eligible != nil && !eligible(i) {
+			continue
+		}
+		if !seen {
+			w0, seen = n.weight, true
+		} else if n.weight != w0 {
+			varied = true
+		}
+		if n.weight == 0 {
 			continue
 		}
 		c := keyOf(kh, n, i)
@@ -305,7 +334,17 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		}
 		j := len(dst)
 		for j > 0 {
-			o := keyOf(kh, &nodes[dst[j-1]], dst[j-1])
+			on := &nodes[dst[j-1]]
+			if on.weight == c.w { // the common case: compare m, look further only on a tie
+				if om := splitmix64(kh^on.hash) >> 11; om != c.m {
+					if om > c.m {
+						break
+					}
+					j--
+					continue
+				}
+			}
+			o := keyOf(kh, on, dst[j-1])
 			if !before(&c, &o) {
 				break
 			}
@@ -322,7 +361,17 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 			}
 		}
 	}
-	return dst
+	return dst, varied
+}
+
+// dupIn reports whether one of the nodes at the indices idx has the ID of nodes[i].
+func dupIn(nodes []Node, idx []int, i int) bool {
+	for _, j := range idx {
+		if nodes[j].hash == nodes[i].hash && nodes[j].id == nodes[i].id {
+			return true
+		}
+	}
+	return false
 }
 
 // Rank returns the indices of all nodes in the canonical order, best first: entry 0 is

@@ -62,7 +62,8 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	if len(live) == 0 {
 		return Node{}, false
 	}
-	return live[pickCore(keyHash, live)], true
+	bi, _ := pickCore(keyHash, live)
+	return live[bi], true
 }
 
 // Rank returns the nodes with a positive weight in the canonical order, best first
