@@ -109,7 +109,7 @@ func unit(m uint64) float64 {
 	if m == 0 {
 		return 0x1p-54
 	}
-	return float64(m) * 0x1p-53
+	return float64(int64(m)) * 0x1p-53 // m < 2^53: exact, and the cheap signed conversion
 }
 
 // Score returns node n's weighted rendezvous score for the key: s = -w / ln(u) with
@@ -128,20 +128,25 @@ func score(w float64, m uint64) float64 { return -w / math.Log(unit(m)) }
 
 // pruneMargin is the relative safety margin of the pruning bound: a node with weight w
 // and u(m) is skipped without computing its score only when w·pruneMargin < s·(1-u),
-// where s is the score it must beat. Rounding in ln, the division and the two
-// products is a few ulps (~1e-15), so the skip can never drop a node whose computed
-// score would have reached s.
+// where s is the score it must beat. Rounding in ln, the division and the products is
+// a few ulps (~1e-15), so the skip can never drop a node whose computed score would
+// have reached s.
 const pruneMargin = 1 + 1e-9
 
-// oneMinusU returns 1-u(m), exactly (for m == 0 it returns 1, 2^-54 above 1-u; the
-// margin covers that).
-func oneMinusU(m uint64) float64 { return float64(1<<53-m) * 0x1p-53 }
+// pruneScale returns c = s·2^-53/pruneMargin, so that the skip test for a node (w, m)
+// becomes w < c·(2^53-m): one conversion, one product and one compare per node. (For
+// m == 0, 2^53-m gives 1-u = 1 instead of 1-2^-54; the margin covers that too.)
+func pruneScale(s float64) float64 { return s * (0x1p-53 / pruneMargin) }
 
-// loses reports that a node (w, m) provably scores strictly below s: by
-// -ln(u) >= 1-u its score is at most w/(1-u).
-func loses(w float64, m uint64, s float64) bool {
-	return w*pruneMargin < s*oneMinusU(m)
+// below reports that a node (w, m) provably scores below the score s behind c =
+// pruneScale(s): by -ln(u) >= 1-u its score is at most w/(1-u). 2^53-m < 2^53 converts
+// exactly (as a signed integer, which is the cheap conversion).
+func below(w float64, m uint64, c float64) bool {
+	return w < c*float64(int64(1<<53-m))
 }
+
+// loses is below for a score s.
+func loses(w float64, m uint64, s float64) bool { return below(w, m, pruneScale(s)) }
 
 // key is one node's position in the canonical order for a fixed key hash.
 type key struct {

@@ -104,6 +104,7 @@ func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint
 // scanMixed is scanEqual for a best with score bs: a node of another weight is skipped
 // when the bound s <= w/(1-u) proves it scores below bs.
 func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64) (int, uint64) {
+	c := pruneScale(bs)
 	rest := nodes[i:]
 	for j := range rest {
 		n := &rest[j]
@@ -114,7 +115,7 @@ func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64
 			}
 			return i + j, m
 		}
-		if n.weight == 0 || loses(n.weight, m, bs) {
+		if n.weight == 0 || below(n.weight, m, c) {
 			continue
 		}
 		return i + j, m
