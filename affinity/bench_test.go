@@ -254,3 +254,24 @@ func BenchmarkMemoryPerBinding(b *testing.B) {
 	}
 	b.ReportMetric(per, "B/binding")
 }
+
+// BenchmarkOnBackendDown1MSmallBackend: dropping a backend that holds 10 of 1,000,010
+// bindings: the cost follows its own bindings (plus one lock per shard), not the table.
+func BenchmarkOnBackendDown1MSmallBackend(b *testing.B) {
+	bs := backends(b, 64)
+	s := newBenchScheduler(b, affinity.Config{})
+	fillMillion(b, s, bs)
+	tiny := []affinity.Backend{affinity.MustBackend("tiny", "", 1)}
+	b.ReportAllocs()
+	removed := 0
+	for b.Loop() {
+		b.StopTimer()
+		s.OnBackendUp("tiny")
+		for i := range 10 {
+			_, _, _ = s.SelectBackend(fmt.Sprintf("tiny-%d", i), "", tiny)
+		}
+		b.StartTimer()
+		removed += s.OnBackendDown("tiny")
+	}
+	b.ReportMetric(float64(removed)/float64(b.N), "removed/op")
+}

@@ -115,7 +115,8 @@
 //     its own bindings to the backend are removed.
 //   - Lookup, Forget: O(1); Len, Stats: O(shards); Sweep: see above.
 //   - Memory: about 120 heap bytes per binding with 36-byte session IDs, key included
-//     (48 B entry + 48 B key allocation + ~16-21 B index slot).
+//     (48 B entry + 48 B key allocation + 11-21 B of index). Entry chunks and the index
+//     are reused but not shrunk: memory stays at its high-water mark, bounded by the cap.
 //
 // # Layout
 //
