@@ -1,0 +1,319 @@
+package prometheus
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Metric names, exactly as in DESIGN.md. Dashboards and alerts may rely on them.
+const (
+	MetricHits      = "agentserve_affinity_hits_total"      // counter {tier}
+	MetricMisses    = "agentserve_affinity_misses_total"    // counter {tier}
+	MetricBroken    = "agentserve_affinity_broken_total"    // counter {tier, reason}
+	MetricEvictions = "agentserve_affinity_evictions_total" // counter {tier}
+	MetricBindings  = "agentserve_affinity_bindings"        // gauge, no labels
+)
+
+// Label names and special tier label values.
+const (
+	LabelTier   = "tier"
+	LabelReason = "reason"
+	// TierDefault is the label of the empty tier "".
+	TierDefault = "default"
+	// TierOther is the label every folded tier is counted under: tiers outside the
+	// allow-list, tiers beyond the first MaxTiers distinct ones, and tiers that are not
+	// valid UTF-8 or longer than MaxTierLabelBytes. A tier literally named "other" shares it.
+	TierOther = "other"
+	// DefaultMaxTiers is the number of distinct tier labels kept without an allow-list.
+	DefaultMaxTiers = 32
+	// MaxTierLabelBytes is the longest tier kept as a label; longer tiers fold to "other".
+	MaxTierLabelBytes = 128
+)
+
+// Errors returned by [New].
+var (
+	// ErrNilRegisterer: New was given a nil prometheus.Registerer. The adapter never
+	// falls back to the default registry.
+	ErrNilRegisterer = errors.New("promaffinity: nil prometheus.Registerer")
+	// ErrInvalidOption: an option was given an invalid value (wrapped with the value).
+	ErrInvalidOption = errors.New("promaffinity: invalid option")
+)
+
+// Option configures [New].
+type Option interface{ apply(*config) error }
+
+type config struct {
+	allow    []string
+	hasAllow bool
+	maxTiers int
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// WithTiers sets an allow-list of tiers kept as label values; every other tier is counted
+// under "other". The empty tier is always kept as "default", allow-listed or not. The
+// allowed tiers' series are created (at 0) by New, so rate() works before the first
+// event. Calling WithTiers with no arguments gives an empty allow-list: only "default"
+// and "other". Tiers that are not valid UTF-8 or longer than [MaxTierLabelBytes] make New
+// fail with [ErrInvalidOption]. With an allow-list, WithMaxTiers is ignored.
+func WithTiers(allow ...string) Option {
+	list := append([]string(nil), allow...)
+	return optionFunc(func(c *config) error {
+		for _, t := range list {
+			if !validTier(t) {
+				return fmt.Errorf("%w: WithTiers(%q): not valid UTF-8 or longer than %d bytes", ErrInvalidOption, t, MaxTierLabelBytes)
+			}
+		}
+		c.allow = list
+		c.hasAllow = true
+		return nil
+	})
+}
+
+// WithMaxTiers bounds the tier label without an allow-list: the first n distinct tiers
+// seen (the empty tier, as "default", counts as one) keep their own label; later ones are
+// counted under "other". Default [DefaultMaxTiers] (32). n < 1 makes New fail with
+// [ErrInvalidOption].
+func WithMaxTiers(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithMaxTiers(%d): want >= 1", ErrInvalidOption, n)
+		}
+		c.maxTiers = n
+		return nil
+	})
+}
+
+// Recorder is a [metrics.Recorder] that exports the Scheduler's events as the Prometheus
+// series of DESIGN.md on a caller-given registerer. Create it with [New].
+//
+// All methods are safe for concurrent use and never block on I/O. For a tier already
+// seen, Hit, Miss, Broken and Evicted cost one lock-free map lookup plus one atomic add
+// and allocate nothing; the first event of a new tier takes a mutex and creates its
+// series. Folded tiers ("other") take the lock-free path too once the label set is full.
+type Recorder struct {
+	hits, misses, broken, evictions *prometheus.CounterVec
+	bindingsFn                      atomic.Pointer[func() int]
+
+	// tiers maps a tier string to its resolved counters: an immutable map replaced
+	// copy-on-write under mu when a tier is added.
+	tiers atomic.Pointer[map[string]*tierCounters]
+	// full is set once no new tier label can be added (always with an allow-list).
+	full  atomic.Bool
+	mu    sync.Mutex
+	kept  int // distinct tier labels created without an allow-list (under mu)
+	max   int
+	other *tierCounters
+}
+
+// tierCounters are the pre-resolved children of one tier label.
+type tierCounters struct {
+	hits, misses, evictions prometheus.Counter
+	broken                  [metrics.NumReasons + 1]prometheus.Counter // index = Reason; [0] unused
+}
+
+var _ metrics.Recorder = (*Recorder)(nil)
+
+// New creates a Recorder and registers its five series on reg:
+// agentserve_affinity_hits_total{tier}, agentserve_affinity_misses_total{tier},
+// agentserve_affinity_broken_total{tier,reason}, agentserve_affinity_evictions_total{tier}
+// and agentserve_affinity_bindings (see [Recorder.ObserveBindings]).
+//
+// reg must be non-nil ([ErrNilRegisterer]); pass a prometheus.NewRegistry() or your own
+// registry — New never uses the default registry. If a registration fails (for example a
+// second Recorder on the same registry: prometheus.AlreadyRegisteredError, reachable with
+// errors.As) New unregisters what it had registered and returns the error wrapped; it does
+// not panic. Invalid options return [ErrInvalidOption].
+func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
+	if reg == nil {
+		return nil, ErrNilRegisterer
+	}
+	cfg := config{maxTiers: DefaultMaxTiers}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+
+	r := &Recorder{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricHits,
+			Help: "Requests served by the backend of the session's still-valid binding (affinity hits), by tier."},
+			[]string{LabelTier}),
+		misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricMisses,
+			Help: "Requests placed by rendezvous hashing (new session, expired or broken binding, or affinity disabled), by tier."},
+			[]string{LabelTier}),
+		broken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBroken,
+			Help: "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate)."},
+			[]string{LabelTier, LabelReason}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEvictions,
+			Help: "Bindings evicted at the capacity limit (least recently used), by tier."},
+			[]string{LabelTier}),
+		max: cfg.maxTiers,
+	}
+	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,
+		Help: "Live session-to-backend bindings, read at scrape time."}, r.readBindings)
+
+	var registered []prometheus.Collector
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+	}{{MetricHits, r.hits}, {MetricMisses, r.misses}, {MetricBroken, r.broken}, {MetricEvictions, r.evictions}, {MetricBindings, bindings}} {
+		if err := reg.Register(c.c); err != nil {
+			for _, done := range registered {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("promaffinity: registering %s: %w", c.name, err)
+		}
+		registered = append(registered, c.c)
+	}
+
+	// "other" exists from the start so a folded tier never needs the lock.
+	r.other = r.newTierCounters(TierOther)
+	m := map[string]*tierCounters{TierOther: r.other}
+	if cfg.hasAllow {
+		for _, t := range cfg.allow {
+			label := t
+			if t == "" {
+				label = TierDefault
+			}
+			if _, ok := m[t]; !ok {
+				m[t] = r.newTierCounters(label)
+			}
+		}
+		r.full.Store(true)
+	}
+	r.tiers.Store(&m)
+	return r, nil
+}
+
+func (r *Recorder) newTierCounters(label string) *tierCounters {
+	tc := &tierCounters{
+		hits:      r.hits.WithLabelValues(label),
+		misses:    r.misses.WithLabelValues(label),
+		evictions: r.evictions.WithLabelValues(label),
+	}
+	for reason := metrics.ReasonDown; reason <= metrics.ReasonNotCandidate; reason++ {
+		tc.broken[reason] = r.broken.WithLabelValues(label, reason.String())
+	}
+	return tc
+}
+
+func validTier(t string) bool { return len(t) <= MaxTierLabelBytes && utf8.ValidString(t) }
+
+// resolve returns the counters of tier: lock-free and allocation-free for a tier already
+// in the map and for folded tiers once the label set is full.
+func (r *Recorder) resolve(tier string) *tierCounters {
+	if tc, ok := (*r.tiers.Load())[tier]; ok {
+		return tc
+	}
+	if tier != "" && r.full.Load() {
+		return r.other
+	}
+	if !validTier(tier) {
+		return r.other
+	}
+	return r.add(tier)
+}
+
+// add creates tier's label under the lock. The empty tier is always kept, as "default";
+// without an allow-list it counts as one of the max distinct tiers.
+func (r *Recorder) add(tier string) *tierCounters {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.tiers.Load()
+	if tc, ok := old[tier]; ok {
+		return tc
+	}
+	label := tier
+	switch {
+	case tier == "":
+		label = TierDefault
+		if !r.full.Load() {
+			r.kept++
+		}
+	case r.full.Load():
+		return r.other
+	default:
+		r.kept++
+	}
+	if r.kept >= r.max {
+		r.full.Store(true)
+	}
+	// A label already present (e.g. "default" for both "" and "default") shares its children.
+	tc := r.newTierCounters(label)
+	m := make(map[string]*tierCounters, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[strings.Clone(tier)] = tc
+	r.tiers.Store(&m)
+	return tc
+}
+
+// Hit counts one affinity hit for tier. 0 allocs for a known tier.
+func (r *Recorder) Hit(tier string) { r.resolve(tier).hits.Inc() }
+
+// Miss counts one affinity miss for tier. 0 allocs for a known tier.
+func (r *Recorder) Miss(tier string) { r.resolve(tier).misses.Inc() }
+
+// Evicted counts one binding evicted at the capacity limit for tier. 0 allocs for a
+// known tier.
+func (r *Recorder) Evicted(tier string) { r.resolve(tier).evictions.Inc() }
+
+// Broken counts one broken binding for tier and reason. An invalid reason (not one of
+// metrics.ReasonDown, ReasonUnhealthy, ReasonNotCandidate) is a caller bug and is dropped,
+// so the reason label keeps exactly its three values. 0 allocs for a known tier.
+func (r *Recorder) Broken(tier string, reason metrics.Reason) {
+	if !reason.Valid() {
+		return
+	}
+	r.resolve(tier).broken[reason].Inc()
+}
+
+// ObserveBindings makes agentserve_affinity_bindings report fn() at every scrape (e.g.
+// sched.Len). Before it is called, or after ObserveBindings(nil), the gauge is 0. fn is
+// called on the scraping goroutine, so it must be safe for concurrent use and fast. Safe
+// to call at any time, concurrently with scrapes.
+func (r *Recorder) ObserveBindings(fn func() int) {
+	if fn == nil {
+		r.bindingsFn.Store(nil)
+		return
+	}
+	r.bindingsFn.Store(&fn)
+}
+
+func (r *Recorder) readBindings() float64 {
+	if fn := r.bindingsFn.Load(); fn != nil {
+		return float64((*fn)())
+	}
+	return 0
+}
+
+// Label returns the tier label value events for tier are (or would now be) counted
+// under: "default" for "", the tier itself if kept, otherwise "other". It does not create
+// a label. Safe for concurrent use.
+func (r *Recorder) Label(tier string) string {
+	if tier == "" {
+		return TierDefault
+	}
+	if _, ok := (*r.tiers.Load())[tier]; ok {
+		return tier
+	}
+	if r.full.Load() || !validTier(tier) {
+		return TierOther
+	}
+	return tier
+}
