@@ -29,10 +29,12 @@ type offered struct {
 // until Index returns.
 //
 // The zero value is ready to use for keyHash 0; call [Best.Reset] to start a selection.
-// Cost: Offer is O(1) amortised (the same per-node work as Pick), Index scans the offers
-// before the winner once. 0 allocs for up to 64 offers per selection; beyond that a
-// buffer is allocated (once up to 576 offers) and kept across Reset, so a reused Best is
-// allocation-free.
+//
+// Cost: Offer is O(1) amortised (the same per-node work as Pick); Index scans the offers
+// before the winner once if the weights differ. 0 allocs for up to 64 offers per
+// selection; beyond that a buffer is allocated (once for up to 576 offers) and kept
+// across Reset, so a reused Best is allocation-free at any size.
+//
 // A Best is a small mutable value (about 1 KiB): not safe for concurrent use; keep one
 // per goroutine (a local variable is fine).
 type Best struct {
@@ -43,6 +45,8 @@ type Best struct {
 	bm       uint64  // Mix>>11 of bn
 	bs       float64 // score of bn, 0 if not computed
 	count    int     // offers so far
+	w0       float64 // weight of the first offer
+	varied   bool    // an offer had a weight other than w0
 	resolved bool    // Index has checked duplicates for the current best
 	inline   [bestInline]offered
 	more     []offered // offers past bestInline, reused across Reset
@@ -53,6 +57,7 @@ type Best struct {
 func (b *Best) Reset(keyHash uint64) {
 	more := b.more[:0]
 	b.key, b.bn, b.bi, b.bp, b.bm, b.bs, b.count, b.resolved = keyHash, nil, -1, 0, 0, 0, 0, false
+	b.w0, b.varied = 0, false
 	b.more = more
 }
 
@@ -71,6 +76,11 @@ func (b *Best) Offer(i int, n *Node) {
 		b.more = append(b.more, offered{n: n, i: i})
 	}
 	b.count++
+	if p == 0 {
+		b.w0 = n.weight
+	} else if n.weight != b.w0 {
+		b.varied = true
+	}
 	if n.weight == 0 {
 		return
 	}
@@ -103,8 +113,8 @@ func (b *Best) at(p int) offered {
 
 // Index returns the caller's index of the winner among the offers since the last Reset,
 // or -1 if nothing with a positive weight was offered. It may be called repeatedly.
-// Cost: O(p) where p is the winner's position among the offers (a duplicate check);
-// if the winner turns out to be a later duplicate (of an ID first offered with another
+// Cost: O(1) if all offered weights are equal; otherwise O(p) where p is the winner's
+// position among the offers (a duplicate check); if the winner turns out to be a later duplicate (of an ID first offered with another
 // weight) it recomputes the winner with duplicates removed, O(n·d) for d distinct
 // leaders. 0 allocs.
 func (b *Best) Index() int {
@@ -112,7 +122,8 @@ func (b *Best) Index() int {
 		return -1
 	}
 	if !b.resolved {
-		if b.dupBefore(b.bp) {
+		// With all weights equal a later copy never beats its first occurrence.
+		if b.varied && b.dupBefore(b.bp) {
 			b.exact()
 		}
 		b.resolved = true

@@ -30,6 +30,11 @@
 //	u              = m · 2^-53, or 2^-54 if m == 0  (so 0 < u < 1, exactly representable)
 //	s              = -w / ln(u)                     (the score; w > 0 is the node's weight)
 //
+// ln is the natural logarithm of binary64 (Go's math.Log). A weight is 0 (the node never
+// wins) or a value in [[MinWeight], [MaxWeight]] = [1e-280, 1e280]; anything else
+// (negative, NaN, ±Inf, out of range) is rejected with [ErrInvalidWeight], an empty ID
+// with [ErrEmptyID]. Only weight ratios matter.
+//
 // The key and the ID are hashed separately and combined by a bijective mixer, never
 // concatenated: ("s1", "1b") and ("s11", "b") score differently.
 //
@@ -64,15 +69,21 @@
 // The relative margin 1e-9 is about a million times larger than the rounding error of
 // ln, the division and the two products, so a skipped node's computed score is always
 // strictly below s_best and the result is identical to computing every score and
-// sorting by the canonical order. A node escapes the bound with probability about
-// w/(the total weight seen so far), so a weighted selection over n nodes in random order
-// takes O(log n) logarithms (a handful) rather than n. The weight bounds [MinWeight] and [MaxWeight] keep every
-// score finite and normal, which the argument needs.
+// sorting by the canonical order (a property test compares both over thousands of
+// random weight sets). A node escapes the bound with probability about w/(the total
+// weight seen so far), so a weighted selection over n nodes in random order takes
+// O(log n) logarithms rather than n. The weight bounds [MinWeight] and [MaxWeight] keep
+// every score finite and normal, which the argument needs.
+//
+// The duplicate rule is free with equal weights: a later copy of an ID has the same m
+// and ID as its first occurrence and loses on position. With varied weights [Pick]
+// checks the nodes before the winner for its ID (one integer compare each) and, only if
+// the winner is a later copy, recomputes with duplicates removed.
 //
 // Placements with equal weights involve integers only and are bit-exact in every
 // language. Weighted placements involve one ln per compared node: a libm whose ln
 // rounds differently in the last ulp can only change the result when two scores are
-// within an ulp or so of each other (a near-tie, probability about 1e-16 per key).
+// within an ulp or so of each other (a near-tie, of the order of one key in 10^15).
 //
 // # References
 //
