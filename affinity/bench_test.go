@@ -121,28 +121,37 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
-// BenchmarkMiss: first turns of new sessions, at a steady state of 65,536 bindings (each
-// insert evicts one), beside hrw.Pick (with the key hash) over the same candidates.
+// BenchmarkMiss: first turns of new sessions, beside hrw.Pick (with the key hash) over
+// the same candidates. "fresh": the table grows from empty (below the cap); "at-cap": a
+// steady state of 65,536 bindings where each insert evicts the LRU binding.
 func BenchmarkMiss(b *testing.B) {
 	const pool = 1 << 20
 	ids := benchSessionIDs(pool)
-	for _, n := range []int{8, 64} {
-		bs := backends(b, n)
-		b.Run(fmt.Sprintf("cands=%d", n), func(b *testing.B) {
-			s := newBenchScheduler(b, affinity.Config{MaxBindings: 1 << 16})
-			for i := range 1 << 16 { // fill to the cap first
-				_, _, _ = s.SelectBackend(ids[pool-1-i], "", bs)
-			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if i == pool-(1<<16) {
-					b.Fatal("out of fresh session IDs; lower -benchtime")
+	for _, mode := range []string{"fresh", "at-cap"} {
+		for _, n := range []int{8, 64} {
+			bs := backends(b, n)
+			b.Run(fmt.Sprintf("%s/cands=%d", mode, n), func(b *testing.B) {
+				cfg := affinity.Config{}
+				if mode == "at-cap" {
+					cfg.MaxBindings = 1 << 16
 				}
-				if _, hit, err := s.SelectBackend(ids[i], "", bs); hit || err != nil {
-					b.Fatal("not a miss", err)
+				s := newBenchScheduler(b, cfg)
+				if mode == "at-cap" {
+					for i := range 1 << 16 { // fill to the cap first
+						_, _, _ = s.SelectBackend(ids[pool-1-i], "", bs)
+					}
 				}
-			}
-		})
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if i == pool-(1<<16) {
+						b.Fatal("out of fresh session IDs; lower -benchtime")
+					}
+					if _, hit, err := s.SelectBackend(ids[i], "", bs); hit || err != nil {
+						b.Fatal("not a miss", err)
+					}
+				}
+			})
+		}
 	}
 	b.Run("hrw.Pick/cands=64", func(b *testing.B) {
 		bs := backends(b, 64)
