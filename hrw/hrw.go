@@ -52,6 +52,9 @@ func NewNode(id string, weight float64) (Node, error) {
 	if !validWeight(weight) {
 		return Node{}, fmt.Errorf("%w: %v (node %q)", ErrInvalidWeight, weight, id)
 	}
+	if weight == 0 {
+		weight = 0 // -0 -> +0: equal weights have equal bits (the fast path compares bits)
+	}
 	return Node{id: id, hash: NodeHash(id), weight: weight}, nil
 }
 

@@ -41,12 +41,21 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 	mixed := false
 	for i := bi + 1; i < len(nodes); i++ {
 		var m uint64
-		if mixed {
-			i, m = scanMixed(kh, nodes, i, bw, bm, bs)
-		} else {
-			i, m = scanEqual(kh, nodes, i, bw, bm)
-		}
-		if i >= len(nodes) {
+		if !mixed {
+			// A stretch of nodes of the best's weight: branch-free running maximum of m;
+			// exact (m, ID) comparisons only if some m equalled the running maximum.
+			e, j, jm, tie := maxEqual(kh, nodes[i:], bw, bm)
+			if tie {
+				j, jm = tieBreak(kh, nodes[i:i+e], bm, bn.id)
+			}
+			if j >= 0 {
+				bi, bn, bm = i+j, &nodes[i+j], jm
+			}
+			if i += e; i >= len(nodes) {
+				break
+			}
+			m = splitmix64(kh^nodes[i].hash) >> 11 // a node of another weight
+		} else if i, m = scanMixed(kh, nodes, i, bw, bm, bs); i >= len(nodes) {
 			break
 		}
 		n := &nodes[i]
@@ -73,6 +82,40 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 	return bi, varied
 }
 
+// maxEqual scans nodes from the start while their weight is w and returns the end of
+// that stretch, the index and m of its first node with the largest m above bm (index -1
+// if no m exceeds bm), and whether some m equalled the running maximum (then the caller
+// must break the tie by ID with tieBreak). The maximum is kept with conditional moves:
+// no mispredicted branch per new maximum.
+func maxEqual(kh uint64, nodes []Node, w float64, bm uint64) (end, j int, m uint64, tie bool) {
+	j = -1
+	var t uint64 // 1 once some x == bm; branch-free: x, bm < 2^53, so x^bm-1 has bit 63 set iff x == bm
+	for k, n := range nodes {
+		if n.weight != w {
+			return k, j, bm, t != 0
+		}
+		x := splitmix64(kh^n.hash) >> 11
+		t |= ((x ^ bm) - 1) >> 63
+		if x > bm {
+			bm, j = x, k
+		}
+	}
+	return len(nodes), j, bm, t != 0
+}
+
+// tieBreak is maxEqual's exact version: the index and m of the first node in the
+// canonical order (m, then ID) that beats (bm, bid), or -1.
+func tieBreak(kh uint64, nodes []Node, bm uint64, bid string) (int, uint64) {
+	j := -1
+	for k := range nodes {
+		n := &nodes[k]
+		if m := splitmix64(kh^n.hash) >> 11; m > bm || (m == bm && n.id < bid) {
+			j, bm, bid = k, m, n.id
+		}
+	}
+	return j, bm
+}
+
 // firstLive returns the index of the first node with a positive weight, or -1.
 func firstLive(nodes []Node) int {
 	for i := range nodes {
@@ -87,15 +130,13 @@ func firstLive(nodes []Node) int {
 // to lose to the best (weight bw > 0, mixed value bm) when every node seen so far has
 // weight bw: a node with another weight (0 included, so that the caller notices it), or
 // one with weight bw and m >= bm. It returns len(nodes) if there is none.
+//
+// It tests m >= bm as mix >= bm<<11, which saves a shift per node.
 func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint64) {
-	rest := nodes[i:]
-	for j := range rest {
-		n := &rest[j]
-		if n.weight != bw {
-			return i + j, splitmix64(kh^n.hash) >> 11
-		}
-		if m := splitmix64(kh^n.hash) >> 11; m >= bm {
-			return i + j, m
+	lim := bm << 11
+	for j, n := range nodes[i:] {
+		if x := splitmix64(kh ^ n.hash); x >= lim || n.weight != bw {
+			return i + j, x >> 11
 		}
 	}
 	return len(nodes), 0
@@ -105,9 +146,7 @@ func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint
 // when the bound s <= w/(1-u) proves it scores below bs.
 func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64) (int, uint64) {
 	c := pruneScale(bs)
-	rest := nodes[i:]
-	for j := range rest {
-		n := &rest[j]
+	for j, n := range nodes[i:] {
 		m := splitmix64(kh^n.hash) >> 11
 		if n.weight == bw {
 			if m < bm {
