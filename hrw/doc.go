@@ -70,7 +70,10 @@
 // ln, the division and the two products, so a skipped node's computed score is always
 // strictly below s_best and the result is identical to computing every score and
 // sorting by the canonical order (a property test compares both over thousands of
-// random weight sets). A node escapes the bound with probability about w/(the total
+// random weight sets). When a node does escape, [Pick] first compares two-sided bounds,
+// 2(1-u)/(1+u) <= -ln(u) <= (1-u)/sqrt(u), widened by the same margin; only when the
+// bounds of the two scores overlap (they are within about (1-u)²/8 of each other) are
+// the two logarithms taken. A node escapes the bound with probability about w/(the total
 // weight seen so far), so a weighted selection over n nodes in random order takes
 // O(log n) logarithms rather than n. The weight bounds [MinWeight] and [MaxWeight] keep
 // every score finite and normal, which the argument needs.

@@ -148,6 +148,19 @@ func below(w float64, m uint64, c float64) bool {
 	return w < c*float64(int64(1<<53-m))
 }
 
+// bounds returns a lower and an upper bound of score(w, m) (w > 0) without a logarithm,
+// each widened by the relative margin 1e-9 so that they also bound the computed score:
+// with x = 1/u >= 1, 2(x-1)/(x+1) <= ln x <= (x-1)/sqrt(x), that is
+// 2(1-u)/(1+u) <= -ln(u) <= (1-u)/sqrt(u), hence w·sqrt(u)/(1-u) <= s <= w(1+u)/(2(1-u)).
+// For u near 1, where winners are, the two bounds differ by a factor of about
+// 1 + (1-u)²/8, so two scores that differ by more than that are ordered without ln.
+// The third result is 0 (the score is not known yet).
+func bounds(w float64, m uint64) (lo, hi, s float64) {
+	u := unit(m)
+	r := w / (float64(int64(1<<53-m)) * 0x1p-53) // w/(1-u)
+	return r * math.Sqrt(u) * (1 - 1e-9), r * (1 + u) * (0.5 + 0.5e-9), 0
+}
+
 // loses is below for a score s.
 func loses(w float64, m uint64, s float64) bool { return below(w, m, pruneScale(s)) }
 

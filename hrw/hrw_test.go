@@ -200,12 +200,16 @@ func TestScoreMonotoneInM(t *testing.T) {
 	}
 }
 
-// The pruning bound -ln(u) >= 1-u must hold for the computed ln with a wide margin
-// (the code uses a relative margin of 1e-9).
+// The bounds used to avoid ln must hold for the computed ln with a wide margin (the code
+// widens them by a relative 1e-9): the pruning bound -ln(u) >= 1-u and the two-sided
+// bound 2(1-u)/(1+u) <= -ln(u) <= (1-u)/sqrt(u).
 func TestPruningBound(t *testing.T) {
 	check := func(m uint64) {
 		u := hrw.Unit(m << 11)
-		require.GreaterOrEqual(t, -math.Log(u)*(1+1e-12), 1-u, "m=%d", m)
+		l := -math.Log(u)
+		require.GreaterOrEqual(t, l*(1+1e-12), 1-u, "m=%d", m)
+		require.GreaterOrEqual(t, l*(1+1e-12), 2*(1-u)/(1+u), "m=%d", m)
+		require.LessOrEqual(t, l*(1-1e-12), (1-u)/math.Sqrt(u), "m=%d", m)
 	}
 	for m := uint64(1<<53 - 20000); m < 1<<53; m++ {
 		check(m)

@@ -37,7 +37,10 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 	varied := bi > 0
 	bn := &nodes[bi]
 	bm := splitmix64(kh^bn.hash) >> 11
-	bw, bs := bn.weight, 0.0 // bs: the best's score, kept only once weights differ
+	bw := bn.weight
+	// Once weights differ (mixed): bounds blo <= s <= bhi of the best's score, and the
+	// score itself (bs) once an exact comparison needed it (0 before).
+	var blo, bhi, bs float64
 	mixed := false
 	for i := bi + 1; i < len(nodes); i++ {
 		var m uint64
@@ -55,16 +58,14 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 				break
 			}
 			m = splitmix64(kh^nodes[i].hash) >> 11 // a node of another weight
-		} else if i, m = scanMixed(kh, nodes, i, bw, bm, bs); i >= len(nodes) {
+		} else if i, m = scanMixed(kh, nodes, i, bw, bm, blo); i >= len(nodes) {
 			break
 		}
 		n := &nodes[i]
 		if n.weight == bw {
 			if m > bm || (m == bm && n.id < bn.id) {
 				bi, bn, bm = i, n, m
-				if mixed {
-					bs = score(bw, bm)
-				}
+				blo, bhi, bs = bounds(bw, bm)
 			}
 			continue
 		}
@@ -73,11 +74,24 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 			continue
 		}
 		if !mixed {
-			mixed, bs = true, score(bw, bm)
+			mixed = true
+			blo, bhi, bs = bounds(bw, bm)
 		}
-		if s := score(n.weight, m); s > bs || (s == bs && (m > bm || (m == bm && n.id < bn.id))) {
-			bi, bn, bm, bw, bs = i, n, m, n.weight, s
+		lo, hi, s := bounds(n.weight, m)
+		switch {
+		case hi < blo: // provably below: no ln needed
+			continue
+		case lo > bhi: // provably above
+		default: // the bounds overlap: compare the exact scores
+			if bs == 0 {
+				bs = score(bw, bm)
+			}
+			s = score(n.weight, m)
+			if s < bs || (s == bs && (m < bm || (m == bm && n.id >= bn.id))) {
+				continue
+			}
 		}
+		bi, bn, bm, bw, blo, bhi, bs = i, n, m, n.weight, lo, hi, s
 	}
 	return bi, varied
 }
@@ -142,10 +156,12 @@ func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint
 	return len(nodes), 0
 }
 
-// scanMixed is scanEqual for a best with score bs: a node of another weight is skipped
-// when the bound s <= w/(1-u) proves it scores below bs.
-func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, bs float64) (int, uint64) {
-	c := pruneScale(bs)
+// scanMixed returns the first index j >= i (and its m) of a node that is not certain to
+// lose to the best (weight bw, mixed value bm, score at least blo): a node of weight bw
+// with m >= bm, or a node of another positive weight that the bound s <= w/(1-u) cannot
+// place below blo. It returns len(nodes) if there is none.
+func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, blo float64) (int, uint64) {
+	c := pruneScale(blo)
 	for j, n := range nodes[i:] {
 		m := splitmix64(kh^n.hash) >> 11
 		if n.weight == bw {
