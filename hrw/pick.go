@@ -58,7 +58,7 @@ func pickCore(kh uint64, nodes []Node) (int, bool) {
 				break
 			}
 			m = splitmix64(kh^nodes[i].hash) >> 11 // a node of another weight
-		} else if i, m = scanMixed(kh, nodes, i, bw, bm, blo); i >= len(nodes) {
+		} else if i, m = scanMixed(kh, nodes, i, blo); i >= len(nodes) {
 			break
 		}
 		n := &nodes[i]
@@ -156,24 +156,17 @@ func scanEqual(kh uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint
 	return len(nodes), 0
 }
 
-// scanMixed returns the first index j >= i (and its m) of a node that is not certain to
-// lose to the best (weight bw, mixed value bm, score at least blo): a node of weight bw
-// with m >= bm, or a node of another positive weight that the bound s <= w/(1-u) cannot
-// place below blo. It returns len(nodes) if there is none.
-func scanMixed(kh uint64, nodes []Node, i int, bw float64, bm uint64, blo float64) (int, uint64) {
+// scanMixed returns the first index j >= i (and its m) of a node that the bound
+// s <= w/(1-u) cannot place below blo, a lower bound of the best's score, or len(nodes)
+// if there is none. Nodes of weight 0 are always skipped (0 < blo·(1-u)), and so are
+// most nodes of the best's own weight with m < bm; those that stop the scan are compared
+// exactly by the caller.
+func scanMixed(kh uint64, nodes []Node, i int, blo float64) (int, uint64) {
 	c := pruneScale(blo)
 	for j, n := range nodes[i:] {
-		m := splitmix64(kh^n.hash) >> 11
-		if n.weight == bw {
-			if m < bm {
-				continue
-			}
+		if m := splitmix64(kh^n.hash) >> 11; !below(n.weight, m, c) {
 			return i + j, m
 		}
-		if n.weight == 0 || below(n.weight, m, c) {
-			continue
-		}
-		return i + j, m
 	}
 	return len(nodes), 0
 }
@@ -342,7 +335,7 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		if len(dst) == k && eligible == nil {
 			// Skip the nodes that cannot enter in a tight loop.
 			if mixed {
-				i, _ = scanMixed(kh, nodes, i, thr.w, thr.m, thr.s)
+				i, _ = scanMixed(kh, nodes, i, thr.s)
 			} else {
 				i, _ = scanEqual(kh, nodes, i, thr.w, thr.m)
 			}
