@@ -23,8 +23,9 @@ type offered struct {
 //
 // For the same sequence of offers it returns exactly what Pick returns for the slice of
 // the offered nodes (mapped to the caller's indices): the same canonical order and
-// tie-break, the same equal-weight fast path and ln pruning, and the same duplicate
-// rule — a later offer of an ID already offered is ignored even if its weight differs.
+// tie-break (equal weights compare m without ln; mixed weights use the same pruning
+// bound), and the same duplicate rule — a later offer of an ID already offered is
+// ignored even if its weight differs.
 // To apply that rule Best remembers the offered pointers; the nodes must not change
 // until Index returns.
 //
@@ -115,8 +116,8 @@ func (b *Best) at(p int) offered {
 // or -1 if nothing with a positive weight was offered. It may be called repeatedly.
 // Cost: O(1) if all offered weights are equal; otherwise O(p) where p is the winner's
 // position among the offers (a duplicate check); if the winner turns out to be a later duplicate (of an ID first offered with another
-// weight) it recomputes the winner with duplicates removed, O(n·d) for d distinct
-// leaders. 0 allocs.
+// weight) it recomputes the winner with duplicates removed, O(n²) in the worst case.
+// 0 allocs.
 func (b *Best) Index() int {
 	if b.bn == nil {
 		return -1

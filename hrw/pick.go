@@ -8,9 +8,10 @@ import "slices"
 // their first occurrence (whose weight counts); the result never depends on the order of
 // nodes beyond which duplicate comes first. The zero [Node] is skipped.
 //
-// Equal weights take a fast path that compares the 53-bit mixed values and looks at IDs
-// only on an exact tie; mixed weights take ln only for nodes that the bound
-// s <= w/(1-u) cannot rule out. The result is identical to computing every score.
+// Equal weights take a fast path that keeps a branch-free maximum of the 53-bit mixed
+// values and looks at IDs only on an exact tie. Mixed weights skip the nodes that the
+// bound s <= w/(1-u) rules out, order the rest by ln-free two-sided bounds and take ln
+// only on near-ties. The result is identical to computing every score and sorting.
 //
 // Cost: O(n) in nodes: one multiply-xorshift mix and one compare per node; when the
 // weights are not all equal, plus a scan of the nodes before the winner (one compare
