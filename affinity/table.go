@@ -272,8 +272,9 @@ func sessionOf(key string) string { return key[1+int(key[0]):] }
 // different scheduler, or through a Scheduler.
 //
 // Layout: 64 shards (fewer when the cap is below 1,024), chosen by the top bits of
-// hrw.KeyHash(sessionID), each under its own mutex with a map[string]uint32 into a
-// chunked slab of 48-byte entries, one LRU list per distinct TTL and one list per bound
+// hrw.KeyHash(sessionID), each under its own mutex with an open-addressing index (8-byte
+// slots: the low 32 bits of that hash and an entry number) into a chunked slab of 48-byte
+// entries, one LRU list per distinct TTL and one list per bound
 // backend (intrusive, uint32 links). Measured ≈ 120 heap bytes per binding with 36-byte
 // session IDs, key included (see the B/binding benchmark). Memory stays at its high-water
 // mark (bounded by the cap): freed entries are reused, chunks and index are not shrunk.
