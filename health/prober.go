@@ -323,10 +323,11 @@ func (p *Prober) probe(ctx context.Context, target string) bool {
 	if err != nil {
 		return false
 	}
-	// Drain a little of the body so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	// Drain a little of the body so the connection can be reused. The timeout covers the
+	// body too: a 2xx whose body stalls past it (or breaks off) is a failure.
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	_ = resp.Body.Close()
-	return resp.StatusCode >= 200 && resp.StatusCode <= 299
+	return err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299
 }
 
 // record applies one probe result and returns the new state if it changed.

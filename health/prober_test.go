@@ -491,3 +491,28 @@ func TestProbeConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+// A 2xx whose body stalls past the timeout is a failure: TimeoutSeconds bounds "connect,
+// headers and body".
+func TestProberTimeoutInBody(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"status":`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs before srv.Close
+
+	var obs observer
+	p, err := health.NewProber(health.ProbeConfig{TimeoutSeconds: 0.05, FailureThreshold: 1},
+		[]health.Target{{ID: "stalled", URL: srv.URL}}, health.WithObserver(obs.observe))
+	require.NoError(t, err)
+	p.ProbeOnce(context.Background())
+	assert.Equal(t, []health.Transition{down("stalled")}, obs.transitions())
+	assert.Equal(t, health.Down, p.State("stalled"))
+}
