@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -169,14 +171,62 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 // UnmarshalYAML implements the function-style YAML unmarshaler understood by
 // gopkg.in/yaml.v2 and yaml.v3 (so the core needs no YAML dependency): it decodes into
 // c and wraps any decoding error (wrong type, overflowing integer) in ErrInvalidConfig.
-// It does not run Validate; New does.
+// A number with a fractional part (sticky_ttl_seconds: 0.9), which those decoders would
+// silently truncate into the integer field, is ErrInvalidConfig naming the field, as in
+// JSON. It does not run Validate; New does.
 func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
 	type config Config // no methods: plain decoding
 	p := config(*c)
 	if err := unmarshal(&p); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	var raw yamlNumbers
+	if err := unmarshal(&raw); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := raw.check(); err != nil {
+		return err
+	}
 	*c = Config(p)
+	return nil
+}
+
+// yamlNumbers holds the integer keys of Config as the YAML decoder read them, before any
+// conversion: yaml.v2 and yaml.v3 convert a float into an int field by truncation, so
+// 0.9 would turn affinity off and -0.5 would pass as 0.
+type yamlNumbers struct {
+	StickyTTLSeconds  any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
+	MaxBindings       any `yaml:"max_bindings" json:"max_bindings"`
+	MaxSessionIDBytes any `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
+	Tiers             map[string]struct {
+		StickyTTLSeconds any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
+	} `yaml:"tiers" json:"tiers"`
+}
+
+func (r yamlNumbers) check() error {
+	if err := wholeNumber("sticky_ttl_seconds", r.StickyTTLSeconds); err != nil {
+		return err
+	}
+	if err := wholeNumber("max_bindings", r.MaxBindings); err != nil {
+		return err
+	}
+	if err := wholeNumber("max_session_id_bytes", r.MaxSessionIDBytes); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Tiers)) {
+		if err := wholeNumber("tiers."+name+".sticky_ttl_seconds", r.Tiers[name].StickyTTLSeconds); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wholeNumber rejects a decoded float that is not a finite whole number; other values
+// (integers, null, absent) were already judged by the typed decoding.
+func wholeNumber(field string, v any) error {
+	if f, ok := v.(float64); ok && (math.IsInf(f, 0) || f != math.Trunc(f)) {
+		return fmt.Errorf("%w: %s: %v is not a whole number", ErrInvalidConfig, field, f)
+	}
 	return nil
 }
 

@@ -99,6 +99,45 @@ func TestConfigYAMLHook(t *testing.T) {
 	assert.ErrorIs(t, err, affinity.ErrInvalidConfig)
 }
 
+// yaml.v2 and yaml.v3 truncate a float into an int field (0.9 -> 0 would turn affinity
+// off, -0.5 -> 0 would pass as valid); UnmarshalYAML must reject a fractional number.
+func TestConfigYAMLHookRejectsFractions(t *testing.T) {
+	// truncating emulates those decoders: a typed int target gets the truncated value,
+	// an untyped (any) target the number as read.
+	truncating := func(doc, truncated string) func(any) error {
+		return func(v any) error {
+			var te *json.UnmarshalTypeError
+			err := json.Unmarshal([]byte(doc), v)
+			if errors.As(err, &te) {
+				return json.Unmarshal([]byte(truncated), v)
+			}
+			return err
+		}
+	}
+	cases := []struct{ doc, truncated, wantErr string }{
+		{`{"sticky_ttl_seconds": 0.9}`, `{"sticky_ttl_seconds": 0}`, "sticky_ttl_seconds: 0.9 is not a whole number"},
+		{`{"sticky_ttl_seconds": -0.5}`, `{"sticky_ttl_seconds": 0}`, "sticky_ttl_seconds: -0.5 is not a whole number"},
+		{`{"max_bindings": 2.7}`, `{"max_bindings": 2}`, "max_bindings: 2.7 is not a whole number"},
+		{`{"max_session_id_bytes": 0.5}`, `{"max_session_id_bytes": 0}`, "max_session_id_bytes: 0.5 is not a whole number"},
+		{`{"tiers": {"gold": {"sticky_ttl_seconds": 2.5}}}`, `{"tiers": {"gold": {"sticky_ttl_seconds": 2}}}`, "tiers.gold.sticky_ttl_seconds: 2.5 is not a whole number"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.doc, func(t *testing.T) {
+			var cfg affinity.Config
+			err := cfg.UnmarshalYAML(truncating(tc.doc, tc.truncated))
+			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.Equal(t, affinity.Config{}, cfg, "nothing decoded on error")
+		})
+	}
+	// Whole numbers are accepted, whatever their spelling.
+	var cfg affinity.Config
+	require.NoError(t, cfg.UnmarshalYAML(truncating(`{"sticky_ttl_seconds": 1e3, "max_bindings": 10}`, `{"sticky_ttl_seconds": 1000, "max_bindings": 10}`)))
+	require.NotNil(t, cfg.StickyTTLSeconds)
+	assert.Equal(t, int64(1000), *cfg.StickyTTLSeconds)
+	assert.Equal(t, 10, cfg.MaxBindings)
+}
+
 func TestConfigValidate(t *testing.T) {
 	tiers := map[string]affinity.TierConfig{}
 	for i := range 70 {

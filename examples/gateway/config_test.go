@@ -88,6 +88,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"listen without port", "listen: localhost\n" + minimal, gateway.ErrListenAddress, []string{"listen", "localhost"}},
 		{"listen bad port", "listen: '127.0.0.1:99999'\n" + minimal, gateway.ErrListenAddress, []string{"listen", "99999"}},
 		{"negative ttl", "affinity: {sticky_ttl_seconds: -5}\n" + minimal, gateway.ErrAffinityConfig, []string{"sticky_ttl_seconds", "-5"}},
+		// yaml.v3 alone would truncate these into the int fields (0.9 -> 0 turns affinity off).
+		{"fractional ttl", "affinity: {sticky_ttl_seconds: 0.9}\n" + minimal, gateway.ErrConfigSyntax, []string{"sticky_ttl_seconds", "0.9"}},
+		{"negative fractional ttl", "affinity: {sticky_ttl_seconds: -0.5}\n" + minimal, gateway.ErrConfigSyntax, []string{"sticky_ttl_seconds", "-0.5"}},
+		{"fractional tier ttl", "affinity: {tiers: {batch: {sticky_ttl_seconds: 2.5}}}\n" + minimal, gateway.ErrConfigSyntax, []string{"tiers.batch.sticky_ttl_seconds", "2.5"}},
+		{"fractional max_bindings", "affinity: {max_bindings: 2.7}\n" + minimal, gateway.ErrConfigSyntax, []string{"max_bindings", "2.7"}},
 		{"negative max_body_bytes", "max_body_bytes: -1\n" + minimal, gateway.ErrMaxBodyBytes, []string{"max_body_bytes", "-1"}},
 		{"bad session header", "session_headers: ['X Session']\n" + minimal, gateway.ErrHeaderName, []string{"session_headers[0]", "X Session"}},
 		{"bad tier header", "tier_header: 'a:b'\n" + minimal, gateway.ErrHeaderName, []string{"tier_header", "a:b"}},
