@@ -269,7 +269,9 @@ func TestBadRequests(t *testing.T) {
 		message string
 	}{
 		{"malformed JSON", sid, `{"model": "m", "messages": [`, 400, "invalid_json", "malformed JSON"},
-		{"body not an object", sid, `[1,2,3]`, 400, "invalid_json", "malformed JSON"},
+		{"body not an object", sid, `[1,2,3]`, 400, "invalid_json", "malformed JSON request body: must be a JSON object, got array"},
+		{"body null", sid, ` null `, 400, "invalid_json", "must be a JSON object, got null"},
+		{"empty body", sid, ``, 400, "invalid_json", "malformed JSON request body: empty body"},
 		{"model not a string", sid, `{"model": 7}`, 400, "invalid_json", `"model" must be a string`},
 		{"oversized body", sid, `{"x":"` + strings.Repeat("a", 4096) + `"}`, 413, "request_too_large", "2048"},
 		{"missing session", nil, `{"model":"m"}`, 400, "missing_session_id", "X-Session-ID"},
@@ -302,6 +304,7 @@ func TestBadRequests(t *testing.T) {
 	for id, b := range c.backends {
 		assert.Zero(t, b.sim.Stats().Requests, "backend %s saw a rejected request", id)
 	}
+	assert.Zero(t, c.gw.Scheduler().Len(), "a rejected request binds no session")
 
 	for id := range c.backends {
 		c.gw.Scheduler().OnBackendDown(id)

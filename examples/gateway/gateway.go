@@ -480,10 +480,11 @@ func (g *Gateway) tier(r *http.Request, model string) (string, error) {
 var jsonEndpoints = []string{"/chat/completions", "/completions", "/embeddings", "/responses"}
 
 // parseModel extracts the "model" of a JSON request body. The body of a POST request
-// must be a JSON object when its Content-Type is JSON or absent, or when its path ends
-// in one of jsonEndpoints and it is not multipart; other requests are not inspected.
+// must be a JSON object (an empty body is not one) when its Content-Type is JSON, or
+// when its path ends in one of jsonEndpoints and it is not multipart, or when its
+// Content-Type is absent and it has a body; other requests are not inspected.
 func parseModel(r *http.Request, body []byte) (string, error) {
-	if r.Method != http.MethodPost || len(body) == 0 {
+	if r.Method != http.MethodPost {
 		return "", nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -492,12 +493,24 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 		if !isJSON && (strings.HasPrefix(mt, "multipart/") || !isJSONEndpoint(r.URL.Path)) {
 			return "", nil
 		}
+	} else if len(body) == 0 && !isJSONEndpoint(r.URL.Path) {
+		return "", nil // a bodiless POST that claims no type
+	}
+	if len(body) == 0 {
+		return "", errors.New("malformed JSON request body: empty body")
 	}
 	var req struct {
 		Model json.RawMessage `json:"model"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return "", fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", te.Value)
+		}
 		return "", fmt.Errorf("malformed JSON request body: %v", err)
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' { // null decodes without error
+		return "", errors.New("malformed JSON request body: must be a JSON object, got null")
 	}
 	if len(req.Model) == 0 || string(req.Model) == "null" {
 		return "", nil
