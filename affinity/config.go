@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -160,12 +161,35 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, te.Field, err)
+			field := te.Field
+			if strings.HasPrefix(field, "tiers.") {
+				field = tierField(data, field)
+			}
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
 		}
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	*c = Config(p)
 	return nil
+}
+
+// tierField names the tier in the path of a tier entry that failed to decode
+// ("tiers.sticky_ttl_seconds" -> "tiers.gold.sticky_ttl_seconds"): encoding/json leaves
+// map keys out of UnmarshalTypeError.Field. It returns field unchanged if no entry fails.
+func tierField(data []byte, field string) string {
+	var raw struct {
+		Tiers map[string]json.RawMessage `json:"tiers"`
+	}
+	if json.Unmarshal(data, &raw) != nil {
+		return field
+	}
+	for _, name := range slices.Sorted(maps.Keys(raw.Tiers)) {
+		var tc TierConfig
+		if json.Unmarshal(raw.Tiers[name], &tc) != nil {
+			return "tiers." + name + strings.TrimPrefix(field, "tiers")
+		}
+	}
+	return field
 }
 
 // UnmarshalYAML implements the function-style YAML unmarshaler understood by
