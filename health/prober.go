@@ -315,16 +315,28 @@ func (p *Prober) probeAll(ctx context.Context) (ok, counted []bool) {
 func (p *Prober) probe(ctx context.Context, target string) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	return Check(ctx, p.client, target)
+}
+
+// Check sends one GET to url with client (nil: http.DefaultClient) and reports whether
+// the backend answered 2xx and its body (up to 4 KiB, read so that the connection can be
+// reused) arrived before ctx ended. A transport error, a non-2xx status, or a body that
+// stalls past ctx's deadline or breaks off is a failure. The [Prober] runs one Check per
+// target and round under its timeout; call it directly for a one-off check, e.g. to see
+// whether a backend marked Down by a failed request is back. Safe for concurrent use;
+// cost: one HTTP request.
+func Check(ctx context.Context, client *http.Client, url string) bool {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false
 	}
-	resp, err := p.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return false
 	}
-	// Drain a little of the body so the connection can be reused. The timeout covers the
-	// body too: a 2xx whose body stalls past it (or breaks off) is a failure.
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	_ = resp.Body.Close()
 	return err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299

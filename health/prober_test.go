@@ -516,3 +516,57 @@ func TestProberTimeoutInBody(t *testing.T) {
 	assert.Equal(t, []health.Transition{down("stalled")}, obs.transitions())
 	assert.Equal(t, health.Down, p.State("stalled"))
 }
+
+func TestCheck(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ok":
+			_, _ = w.Write([]byte("ok"))
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+		case "/fail":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/stall":
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+
+	tests := []struct {
+		name   string
+		url    string
+		client *http.Client
+		want   bool
+	}{
+		{"200", srv.URL + "/ok", srv.Client(), true},
+		{"204 with the default client", srv.URL + "/nocontent", nil, true},
+		{"503", srv.URL + "/fail", srv.Client(), false},
+		{"404", srv.URL + "/missing", srv.Client(), false},
+		{"body stalls past the deadline", srv.URL + "/stall", srv.Client(), false},
+		{"connection refused", closedURL + "/ok", nil, false},
+		{"malformed URL", "http://[::1", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			timeout := 10 * time.Second // generous: only the stalled body should reach it
+			if strings.HasSuffix(tt.url, "/stall") {
+				timeout = 50 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			assert.Equal(t, tt.want, health.Check(ctx, tt.client, tt.url))
+		})
+	}
+}
