@@ -146,7 +146,7 @@ func ParseConfig(data []byte) (Config, error) {
 		if strings.Contains(err.Error(), "not found in type") { // yaml.v3's unknown-field message
 			kind = ErrUnknownKey
 		}
-		return Config{}, fmt.Errorf("%w: %w: %w", ErrInvalidConfig, kind, err)
+		return Config{}, &configError{kind: kind, msg: err.Error(), cause: err}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -163,6 +163,12 @@ func LoadConfig(path string) (Config, error) {
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
+		var ce *configError
+		if errors.As(err, &ce) { // "gateway: invalid config: <path>: <field>: ..."
+			e := *ce
+			e.msg = path + ": " + e.msg
+			return Config{}, &e
+		}
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
@@ -198,8 +204,36 @@ func (c Config) retryOnConnectError() bool {
 	return c.RetryOnConnectError == nil || *c.RetryOnConnectError
 }
 
+// configError is a configuration error. Its message says "gateway: invalid config:"
+// once, then the field and the value; errors.Is matches [ErrInvalidConfig], the specific
+// sentinel (kind) and, when the problem was found by a library, the library's error.
+type configError struct {
+	kind  error
+	msg   string
+	cause error // nil, or the library error behind msg
+}
+
+func (e *configError) Error() string { return ErrInvalidConfig.Error() + ": " + e.msg }
+
+func (e *configError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrInvalidConfig, e.kind}
+	}
+	return []error{ErrInvalidConfig, e.kind, e.cause}
+}
+
 func invalid(kind error, format string, args ...any) error {
-	return fmt.Errorf("%w: %w: %s", ErrInvalidConfig, kind, fmt.Sprintf(format, args...))
+	return &configError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// invalidFrom reports a library's error about field (e.g. "affinity"), dropping the
+// library's own "<pkg>: invalid ...:" prefixes so the message does not stutter.
+func invalidFrom(kind error, field string, cause error, prefixes ...error) error {
+	msg := cause.Error()
+	for _, p := range prefixes {
+		msg = strings.TrimPrefix(msg, p.Error()+": ")
+	}
+	return &configError{kind: kind, msg: field + ": " + msg, cause: cause}
 }
 
 // Validate checks the configuration as given (call [Config.WithDefaults] first for
@@ -215,7 +249,7 @@ func (c Config) Validate() error {
 	}
 	_ = host // empty host means all interfaces
 	if err := c.Affinity.Validate(); err != nil {
-		return fmt.Errorf("%w: %w: affinity: %w", ErrInvalidConfig, ErrAffinityConfig, err)
+		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
 	if len(c.Backends) == 0 {
 		return invalid(ErrNoBackends, "backends: at least one backend is required")

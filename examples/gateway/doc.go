@@ -49,7 +49,7 @@
 // the request once on the next choice (SelectBackend again, now that the failed backend
 // is Down). Nothing has reached the client at that point. A passively downed backend is
 // re-checked every health.passive_recheck_seconds with one GET on its health path and
-// comes back (OnBackendUp) on a 200, unless the active prober currently holds it Down,
+// comes back (OnBackendUp) on a 2xx, unless the active prober currently holds it Down,
 // in which case the prober's own recovery decides. So passive checking works with or
 // without the active prober. Bindings never fail back: sessions that moved stay moved.
 //

@@ -169,7 +169,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		u, _ := url.Parse(bc.URL) // validated
 		ab, err := affinity.NewBackend(bc.ID, bc.URL, bc.Weight)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w: backend %q: %w", ErrInvalidConfig, ErrBackendWeight, bc.ID, err)
+			return nil, invalidFrom(ErrBackendWeight, fmt.Sprintf("backends: %q", bc.ID), err, affinity.ErrInvalidBackend)
 		}
 		b := &backend{id: bc.ID, url: u, ab: ab, node: ab.Node(), tier: bc.Tier}
 		g.backends = append(g.backends, b)
@@ -213,7 +213,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	schedOpts := append([]affinity.Option{affinity.WithRecorder(rec), affinity.WithLogger(g.log)}, o.schedOpts...)
 	g.sched, err = affinity.New(cfg.Affinity, schedOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w: affinity: %w", ErrInvalidConfig, ErrAffinityConfig, err)
+		return nil, invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
 	rec.ObserveBindings(g.sched.Len)
 	g.metrics = promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
@@ -245,7 +245,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		g.prober, err = health.NewProber(cfg.Health.ProbeConfig, targets, popts...)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w: health: %w", ErrInvalidConfig, ErrHealthConfig, err)
+			return nil, invalidFrom(ErrHealthConfig, "health", err, health.ErrInvalidProbeConfig, health.ErrInvalidTarget, health.ErrDuplicateTarget)
 		}
 	}
 
@@ -468,7 +468,7 @@ func (g *Gateway) tier(r *http.Request, model string) (string, error) {
 	if v := r.Header.Get(g.cfg.TierHeader); v != "" {
 		v = strings.TrimSpace(v)
 		if !g.knownTiers[v] {
-			return "", fmt.Errorf("unknown tier %q in header %s", v, g.cfg.TierHeader)
+			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), g.cfg.TierHeader)
 		}
 		return v, nil
 	}
@@ -682,4 +682,13 @@ func randomKey() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// truncate shortens s to at most n bytes (plus "...") for error messages that echo
+// client input.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -71,5 +71,5 @@ backends:
 	fmt.Println(err)
 	// Output:
 	// 2 1800 X-Session-ID 8388608
-	// gateway: invalid config: gateway: duplicate backend id: backends[1].id: "a" already used by backends[0]
+	// gateway: invalid config: backends[1].id: "a" already used by backends[0]
 }

@@ -130,7 +130,7 @@ func (g *Gateway) PassivelyDown() []string {
 }
 
 // RecheckPassive checks every passively downed backend once (GET <url><health.path>)
-// and brings back, via Scheduler.OnBackendUp, those answering 200 — unless the active
+// and brings back, via Scheduler.OnBackendUp, those answering 2xx — unless the active
 // prober currently holds them Down, in which case the prober decides. It blocks until
 // the checks are done and returns the IDs brought back.
 func (g *Gateway) RecheckPassive(ctx context.Context) []string {
@@ -165,17 +165,7 @@ func (g *Gateway) ProbeOnce(ctx context.Context) {
 func (g *Gateway) checkHealth(ctx context.Context, b *backend) bool {
 	u := *b.url
 	u.Path = strings.TrimSuffix(u.Path, "/") + g.cfg.Health.Path
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return false
-	}
-	resp, err := g.checker.Do(req)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	_ = resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	return health.Check(ctx, g.checker, u.String())
 }
 
 func (g *Gateway) recheckLoop(ctx context.Context) {
