@@ -58,7 +58,9 @@ type counters struct {
 }
 
 type shard struct {
+	// The lock and the counters written on every call share a cache line.
 	mu       sync.Mutex
+	c        counters
 	idx      index
 	chunks   []*[chunkSize]entry
 	free     uint32 // free-list head
@@ -69,7 +71,6 @@ type shard struct {
 	slots    []backendSlot
 	slotFree []uint32
 	slotByID map[string]uint32
-	c        counters
 	_        [64]byte // keep neighbouring shards' locks off one cache line
 }
 
