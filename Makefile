@@ -20,6 +20,10 @@ vet:
 race:
 	@set -e; for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...); done
 
-## bench: run every benchmark once (COUNT=6 BENCHTIME=... for benchstat input).
+## bench: every benchmark (COUNT=6 BENCHTIME=300ms for benchstat input). The
+## million-binding benchmarks of affinity fill a table per op, so they run once each.
+BIG_BENCH := BackendDown1M|MemoryPerBinding
 bench:
-	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done
+	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -skip '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done
+	@echo "== go test -bench '$(BIG_BENCH)' (affinity, 1 op each)"
+	@$(GO) test -run '^$$' -bench '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=1x ./affinity/
