@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
 	"github.com/agentserve/sessionaffinity/metrics"
 )
 
@@ -402,6 +403,28 @@ func TestRule7Errors(t *testing.T) {
 			assert.Less(t, len(err.Error()), 200, "no huge session ID in the message: %s", err)
 		})
 	}
+	t.Run("more candidates than the stack buffer", func(t *testing.T) {
+		// Over 64 candidates the miss path goes through hrw.Best instead of a stack copy
+		// ranked by hrw.Pick: same winner, same validation.
+		many := make([]affinity.Backend, 100)
+		nodes := make([]hrw.Node, len(many))
+		for i := range many {
+			many[i] = affinity.MustBackend(fmt.Sprintf("b%03d", i), "", float64(1+i%3))
+			nodes[i] = many[i].Node()
+		}
+		f := newFixture(t, affinity.Config{})
+		for i := range 50 {
+			sid := fmt.Sprintf("many-%d", i)
+			b, hit := f.sel(t, sid, "", many)
+			assert.False(t, hit)
+			assert.Equal(t, many[hrw.Pick(hrw.KeyHash(sid), nodes)].ID(), b, sid)
+		}
+		withZero := append(slices.Clone(many), affinity.Backend{})
+		before := f.s.Stats()
+		_, _, err := f.s.SelectBackend("many-new", "", withZero)
+		require.ErrorIs(t, err, affinity.ErrInvalidBackend)
+		assert.Equal(t, before, f.s.Stats(), "nothing counted")
+	})
 	t.Run("max session id bytes", func(t *testing.T) {
 		f := newFixture(t, affinity.Config{MaxSessionIDBytes: 4})
 		_, _, err := f.s.SelectBackend("12345", "", bs)

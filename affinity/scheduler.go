@@ -46,23 +46,13 @@ func (s *Scheduler) Health() *health.Set { return s.health }
 func (s *Scheduler) Table() *Table { return s.t }
 
 // validate checks the arguments that need no table access. The candidates themselves are
-// checked by checkCandidates (or, on the hit path, by findBackend in the same pass).
+// checked in the pass that uses them (pick on a miss, findBackend on a hit).
 func (s *Scheduler) validate(sessionID, tier string, candidates []Backend) error {
 	if err := s.t.checkKey(sessionID, tier); err != nil {
 		return err
 	}
 	if len(candidates) == 0 {
 		return ErrNoCandidates
-	}
-	return nil
-}
-
-// checkCandidates rejects a zero Backend (empty ID); NewBackend guarantees the rest.
-func checkCandidates(candidates []Backend) error {
-	for i := range candidates {
-		if candidates[i].node.ID() == "" {
-			return invalidCandidate(i)
-		}
 	}
 	return nil
 }
@@ -84,13 +74,20 @@ func (s *Scheduler) state(id string) health.State {
 const pickInline = 64
 
 // pick returns the index of the HRW winner over the eligible candidates (Healthy ones;
-// Draining ones only when no candidate is Healthy; never Down) and its state, or -1.
-// Fast path: the winner over all candidates, accepted when it is Healthy (it then wins
-// among the Healthy ones too). 0 allocs for up to 64 candidates.
-func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State) {
-	w := pickAll(kh, cands)
-	if w < 0 || s.state(cands[w].node.ID()) == health.Healthy {
-		return w, health.Healthy
+// Draining ones only when no candidate is Healthy; never Down) and its state. It fails
+// with ErrInvalidBackend if a candidate is the zero Backend, ErrNoEligibleBackend if all
+// are Down. Fast path: the winner over all candidates, accepted when it is Healthy (it
+// then wins among the Healthy ones too). 0 allocs for up to 64 candidates.
+func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State, error) {
+	w, bad := pickAll(kh, cands)
+	if bad >= 0 {
+		return -1, health.Down, invalidCandidate(bad)
+	}
+	if w < 0 { // no positive weight: cannot happen with NewBackend, kept for safety
+		return -1, health.Down, noEligible(cands)
+	}
+	if s.state(cands[w].node.ID()) == health.Healthy {
+		return w, health.Healthy, nil
 	}
 	var b hrw.Best
 	for _, want := range [...]health.State{health.Healthy, health.Draining} {
@@ -101,31 +98,43 @@ func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State) {
 			}
 		}
 		if w := b.Index(); w >= 0 {
-			return w, want
+			return w, want, nil
 		}
 	}
-	return -1, health.Down
+	return -1, health.Down, noEligible(cands)
 }
 
-// pickAll is the HRW winner over all candidates, health ignored. Up to pickInline
-// candidates, their nodes are copied to a stack array and ranked by hrw.Pick, which is
-// about twice as fast as feeding hrw.Best one node at a time; both give the same winner.
-func pickAll(kh uint64, cands []Backend) int {
+// pickAll returns the HRW winner over all candidates, health ignored, and in the same
+// pass the index of the first zero Backend (or -1). Up to pickInline candidates, their
+// nodes are copied to a stack array and ranked by hrw.Pick, which is about twice as fast
+// as feeding hrw.Best one node at a time; both give the same winner.
+func pickAll(kh uint64, cands []Backend) (w, invalid int) {
+	invalid = -1
 	if len(cands) > pickInline {
 		var b hrw.Best
 		b.Reset(kh)
 		for i := range cands {
+			if invalid < 0 && isZero(&cands[i]) {
+				invalid = i
+			}
 			b.Offer(i, &cands[i].node)
 		}
-		return b.Index()
+		return b.Index(), invalid
 	}
 	var buf [pickInline]hrw.Node
 	nodes := buf[:len(cands)]
 	for i := range cands {
+		if invalid < 0 && isZero(&cands[i]) {
+			invalid = i
+		}
 		nodes[i] = cands[i].node
 	}
-	return hrw.Pick(kh, nodes)
+	return hrw.Pick(kh, nodes), invalid
 }
+
+// isZero reports whether b is the zero Backend (NewBackend never builds one: its ID is
+// never empty). The hash is compared first: it is 0 for the zero Backend.
+func isZero(b *Backend) bool { return b.node.Hash() == 0 && b.node.ID() == "" }
 
 // findBackend returns the index of the first candidate with this ID (hash compared
 // first), or -1, and in the same pass the index of the first zero Backend (or -1). A zero
@@ -174,12 +183,9 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 	sh := t.shardFor(kh)
 	cls, enabled := t.classOf(tier)
 	if !enabled { // TTL 0: the HRW winner, nothing stored
-		if err := checkCandidates(candidates); err != nil {
+		w, _, err := s.pick(kh, candidates)
+		if err != nil {
 			return Backend{}, false, err
-		}
-		w, _ := s.pick(kh, candidates)
-		if w < 0 {
-			return Backend{}, false, noEligible(candidates)
 		}
 		sh.mu.Lock()
 		sh.c.misses++
@@ -223,11 +229,9 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			// Compute the winner outside the lock, then decide again: nothing is changed
 			// before we know the call succeeds.
 			sh.mu.Unlock()
-			if err := checkCandidates(candidates); err != nil {
+			var err error
+			if w, wst, err = s.pick(kh, candidates); err != nil {
 				return Backend{}, false, err
-			}
-			if w, wst = s.pick(kh, candidates); w < 0 {
-				return Backend{}, false, noEligible(candidates)
 			}
 			continue
 		}
