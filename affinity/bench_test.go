@@ -137,7 +137,7 @@ func BenchmarkMiss(b *testing.B) {
 	const pool = 1 << 20
 	ids := benchSessionIDs(pool)
 	for _, mode := range []string{"fresh", "at-cap"} {
-		for _, n := range []int{8, 64} {
+		for _, n := range []int{8, 64, 512} {
 			bs := backends(b, n)
 			b.Run(fmt.Sprintf("%s/cands=%d", mode, n), func(b *testing.B) {
 				cfg := affinity.Config{}
