@@ -110,7 +110,8 @@
 //   - SelectBackend miss: 1 allocation (the stored key: 1 + len(tier) + len(sessionID)
 //     bytes, which also copies the caller's session ID); O(len(candidates)) HRW scores,
 //     plus one health lookup per candidate when the winner is not Healthy; two lock
-//     acquisitions. Up to 64 candidates allocate nothing else (hrw.Best's inline buffer).
+//     acquisitions. Nothing else allocates: the candidates are ranked from a stack copy (up
+//     to 64) or a pooled slice (more).
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.
 //   - Lookup, Forget: O(1); Len, Stats: O(shards); Sweep: see above.

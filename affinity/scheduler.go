@@ -79,7 +79,7 @@ const pickInline = 64
 // Draining ones only when no candidate is Healthy; never Down) and its state. It fails
 // with ErrInvalidBackend if a candidate is the zero Backend, ErrNoEligibleBackend if all
 // are Down. Fast path: the winner over all candidates, accepted when it is Healthy (it
-// then wins among the Healthy ones too). 0 allocs for up to 64 candidates.
+// then wins among the Healthy ones too). 0 allocs (a pooled scratch slice beyond 64 candidates).
 func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State, error) {
 	w, bad := s.pickAll(kh, cands)
 	if bad >= 0 {
