@@ -115,9 +115,9 @@ func (b *Best) at(p int) offered {
 // Index returns the caller's index of the winner among the offers since the last Reset,
 // or -1 if nothing with a positive weight was offered. It may be called repeatedly.
 // Cost: O(1) if all offered weights are equal; otherwise O(p) where p is the winner's
-// position among the offers (a duplicate check); if the winner turns out to be a later duplicate (of an ID first offered with another
-// weight) it recomputes the winner with duplicates removed, O(n²) in the worst case.
-// 0 allocs.
+// position among the offers (a duplicate check); if the winner turns out to be a later
+// duplicate (of an ID first offered with another weight) it recomputes the winner with
+// duplicates removed, O(n²) in the worst case. 0 allocs.
 func (b *Best) Index() int {
 	if b.bn == nil {
 		return -1

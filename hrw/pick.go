@@ -15,7 +15,10 @@ import "slices"
 //
 // Cost: O(n) in nodes: one multiply-xorshift mix and one compare per node; when the
 // weights are not all equal, plus a scan of the nodes before the winner (one compare
-// each) to apply the duplicate rule. 0 allocs. Safe for concurrent use.
+// each) to apply the duplicate rule. Only if that scan finds the winner to be a later
+// copy of an ID first given with another weight is the selection redone with duplicates
+// removed (a rare slow path: a duplicate scan for each node that reaches the top spot,
+// O(n²) in the worst case). 0 allocs. Safe for concurrent use.
 func Pick(keyHash uint64, nodes []Node) int {
 	bi, varied := pickCore(keyHash, nodes)
 	// With all weights equal a later copy of an ID ties with its first occurrence and
@@ -180,7 +183,8 @@ func scanMixed(kh uint64, nodes []Node, i int, blo float64) (int, uint64) {
 // share its hash) and must not modify nodes.
 //
 // Cost: O(n) in nodes plus n calls of eligible, 0 allocs (eligible's own allocations
-// aside). Safe for concurrent use if eligible is.
+// aside); the rare duplicate slow path of [Pick] calls eligible again. Safe for
+// concurrent use if eligible is.
 func PickFunc(keyHash uint64, nodes []Node, eligible func(i int) bool) int {
 	if eligible == nil {
 		return Pick(keyHash, nodes)
@@ -305,7 +309,9 @@ func TopK(dst []int, keyHash uint64, nodes []Node, k int) []int {
 }
 
 // TopKFunc is [TopK] over the nodes for which eligible(i) reports true (nil: all), with
-// the semantics of [PickFunc]. Cost as TopK plus the calls of eligible.
+// the semantics of [PickFunc]. eligible must not modify nodes. Cost as TopK plus the
+// calls of eligible (at least one per node; more when a duplicate forces a recomputation);
+// 0 allocs if cap(dst) >= k. Safe for concurrent use if eligible is.
 func TopKFunc(dst []int, keyHash uint64, nodes []Node, k int, eligible func(i int) bool) []int {
 	dst, varied := topk(keyHash, nodes, eligible, k, dst[:0], false)
 	for j, i := range dst {

@@ -8,7 +8,8 @@ import "fmt"
 // ln-free fast path and no duplicate scan is needed.
 //
 // A Ranker is safe for concurrent use by any number of goroutines. Its results are
-// identical to [Pick], [Rank] and [TopK] over the nodes given to [New].
+// identical to [Pick], [Rank] and [TopK] over the nodes given to [New]. The zero Ranker
+// is an empty set (Pick reports false); a nil *Ranker is not usable.
 type Ranker struct {
 	all     []Node // deduplicated, in input order (what Nodes returns)
 	live    []Node // the nodes of all with weight > 0
