@@ -15,6 +15,8 @@
 // SuccessThreshold consecutive successes into Down -> Healthy (defaults 3 and 2). It runs
 // in the caller's goroutine ([Prober.Run] until the context is done, or one round at a
 // time with [Prober.ProbeOnce]) and reports transitions to a [WithObserver] callback.
+// [Check], the one-shot GET a Prober runs per target and round, is exported for callers
+// that need a single check (e.g. re-checking a backend they marked Down themselves).
 //
 // What it is not: a service-discovery client, a passive (request-error based) outlier
 // detector, or a load balancer. It has no globals, no init and no hidden goroutines.

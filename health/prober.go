@@ -25,9 +25,13 @@ const (
 // Errors returned (wrapped with the field or target and the offending value) by
 // [ProbeConfig.Validate] and [NewProber].
 var (
+	// ErrInvalidProbeConfig: a ProbeConfig field is out of range (negative, NaN, infinite,
+	// below one nanosecond, or a path not starting with "/").
 	ErrInvalidProbeConfig = errors.New("health: invalid probe config")
-	ErrInvalidTarget      = errors.New("health: invalid probe target")
-	ErrDuplicateTarget    = errors.New("health: duplicate probe target ID")
+	// ErrInvalidTarget: a Target has an empty ID or an unusable URL (see [Target.URL]).
+	ErrInvalidTarget = errors.New("health: invalid probe target")
+	// ErrDuplicateTarget: two Targets share an ID.
+	ErrDuplicateTarget = errors.New("health: duplicate probe target ID")
 )
 
 // ProbeConfig configures a [Prober]. It is plain data (YAML/JSON tags); a zero field
@@ -37,8 +41,8 @@ type ProbeConfig struct {
 	// Default "/health".
 	Path string `yaml:"path" json:"path"`
 	// IntervalSeconds is the time between the starts of two probe rounds, in seconds.
-	// Default 5. A round that takes longer than the interval delays the next one (ticks
-	// are dropped, never queued).
+	// Default 5. A round that takes longer than the interval delays the next one, which
+	// then starts as soon as it ends; the other missed ticks are dropped, never queued.
 	IntervalSeconds float64 `yaml:"interval_seconds" json:"interval_seconds"`
 	// TimeoutSeconds bounds each probe request (connect, headers and body), in seconds;
 	// a probe that times out is a failure. Default 2.
@@ -122,7 +126,8 @@ type Target struct {
 	// ID is the backend ID reported in Transitions; non-empty and unique per Prober.
 	ID string `yaml:"id" json:"id"`
 	// URL is the backend's base URL, e.g. "http://10.0.0.5:8000"; an http or https URL
-	// with a host and no query or fragment. The probe requests URL + Path.
+	// with a host and no user info, query or fragment. The probe requests URL + Path
+	// (one trailing "/" of URL is dropped first).
 	URL string `yaml:"url" json:"url"`
 }
 
@@ -193,7 +198,7 @@ type probeTarget struct {
 
 // NewProber validates cfg and targets and returns a Prober with every target Healthy.
 // Errors wrap [ErrInvalidProbeConfig], [ErrInvalidTarget] (empty ID, or a URL that is not
-// an absolute http(s) URL with a host and without query or fragment) or
+// an absolute http(s) URL with a host and without user info, query or fragment) or
 // [ErrDuplicateTarget], naming the offending value. An empty targets list is valid (rounds
 // do nothing). Cost: O(targets); nothing is sent until a round runs.
 func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober, error) {
@@ -273,7 +278,9 @@ func (p *Prober) Run(ctx context.Context) error {
 // are joined, then results are applied in target order and the resulting transitions are
 // delivered to observers (outside the Prober's locks) before ProbeOnce returns — unless
 // another goroutine is delivering, which then delivers them in order. Probes that fail
-// because ctx is done are not counted. A round takes at most about TimeoutSeconds.
+// because ctx is done are not counted. A round takes at most about TimeoutSeconds (plus
+// the wait for a round already running). Cost: one goroutine and one HTTP request per
+// target, joined before it returns; allocates.
 func (p *Prober) ProbeOnce(ctx context.Context) {
 	p.roundMu.Lock()
 	ok, counted := p.probeAll(ctx)
@@ -318,7 +325,8 @@ func (p *Prober) probe(ctx context.Context, target string) bool {
 	return Check(ctx, p.client, target)
 }
 
-// Check sends one GET to url with client (nil: http.DefaultClient) and reports whether
+// Check sends one GET to url with client (nil: http.DefaultClient, which, unlike the
+// Prober's default client, follows redirects) and reports whether
 // the backend answered 2xx and its body (up to 4 KiB, read so that the connection can be
 // reused) arrived before ctx ended. A transport error, a non-2xx status, or a body that
 // stalls past ctx's deadline or breaks off is a failure. The [Prober] runs one Check per

@@ -18,8 +18,9 @@ import (
 // immutable map (nil when every backend is Healthy) and, for State, one map lookup. Writes
 // ([Set.Set], [Set.MarkDown], [Set.MarkUp], [Set.MarkDraining]) are expected to be rare:
 // a write that changes a state takes a mutex and replaces the map with a modified copy
-// (copy-on-write, O(n) time and one allocation for n non-Healthy IDs); a write that changes
-// nothing takes the mutex but allocates nothing.
+// (copy-on-write: O(n) time for n non-Healthy IDs and a few allocations for the new map,
+// plus a copy of the ID when it leaves Healthy and a queue entry when there are
+// subscribers); a write that changes nothing takes the mutex but allocates nothing.
 //
 // Memory: O(number of distinct non-Healthy IDs), plus the queue of transitions not yet
 // delivered to subscribers (empty except while a subscriber is slower than writers).
@@ -82,19 +83,22 @@ func (s *Set) Set(id string, to State) (from State, changed bool) {
 	return from, changed
 }
 
-// MarkDown sets id to Down and reports whether its state changed.
+// MarkDown sets id to Down and reports whether its state changed. Delivery and cost as
+// [Set.Set].
 func (s *Set) MarkDown(id string) bool {
 	_, changed := s.Set(id, Down)
 	return changed
 }
 
-// MarkUp sets id to Healthy and reports whether its state changed.
+// MarkUp sets id to Healthy and reports whether its state changed. Delivery and cost as
+// [Set.Set].
 func (s *Set) MarkUp(id string) bool {
 	_, changed := s.Set(id, Healthy)
 	return changed
 }
 
-// MarkDraining sets id to Draining and reports whether its state changed.
+// MarkDraining sets id to Draining and reports whether its state changed. Delivery and
+// cost as [Set.Set].
 func (s *Set) MarkDraining(id string) bool {
 	_, changed := s.Set(id, Draining)
 	return changed
@@ -131,6 +135,9 @@ func (s *Set) Snapshot() map[string]State {
 // block, but the goroutine holding the turn does). fn must not panic; if it does, the
 // panic propagates to the writer holding the turn, the transition being delivered is lost
 // for the remaining subscribers, and the next writer resumes delivery of the queue.
+//
+// Cost: Subscribe and unsubscribe copy the subscriber list under the mutex
+// (O(subscribers) time; both allocate).
 func (s *Set) Subscribe(fn func(Transition)) (unsubscribe func()) {
 	if fn == nil {
 		return func() {}

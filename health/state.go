@@ -42,8 +42,8 @@ func (s State) String() string {
 func (s State) Valid() bool { return s <= Down }
 
 // ParseState parses the String form of a State, ignoring ASCII case and surrounding
-// spaces: "healthy", "draining" or "down". Anything else returns an error wrapping
-// [ErrUnknownState] with the text.
+// spaces: "healthy", "draining" or "down". Anything else returns Healthy and an error
+// wrapping [ErrUnknownState] with the text. 0 allocs on success.
 func ParseState(text string) (State, error) {
 	t := strings.TrimSpace(text)
 	for _, s := range [...]State{Healthy, Draining, Down} {
@@ -76,8 +76,9 @@ func (s *State) UnmarshalText(text []byte) error {
 // Transition is one change of a backend's State, as delivered to subscribers of a [Set]
 // and observers of a [Prober]. From != To always holds for delivered transitions.
 type Transition struct {
-	ID       string // the backend ID
-	From, To State
+	ID   string // the backend ID
+	From State  // the state before the change
+	To   State  // the state after the change; never equal to From
 }
 
 // String renders t as "id: from -> to", e.g. "b1: healthy -> down".
