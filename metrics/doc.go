@@ -12,9 +12,10 @@
 //   - [Recording], a test helper that logs every event in order, for users' tests.
 //
 // What it is not: a Prometheus client. The core module has no Prometheus dependency; the
-// Prometheus adapter (metric names agentserve_affinity_*_total with a tier label, and
-// broken_total with tier and reason) lives in the nested module
-// github.com/agentserve/sessionaffinity/metrics/prometheus, which implements [Recorder].
+// Prometheus adapter (counters agentserve_affinity_*_total with a tier label, broken_total
+// with tier and reason, and the agentserve_affinity_bindings gauge) lives in the nested
+// module github.com/agentserve/sessionaffinity/metrics/prometheus, which implements
+// [Recorder].
 // The package has no globals and no init; importing it has no side effects.
 //
 // Concurrency: every type here is safe for concurrent use; [Recorder] implementations

@@ -8,11 +8,14 @@ import "strconv"
 type Reason uint8
 
 const (
-	// ReasonDown: the bound backend is Down (reported by OnBackendDown or seen at
-	// selection time).
+	// ReasonDown: the binding was removed by the Scheduler's OnBackendDown (or
+	// OnHealthChange with To Down), which counts every still-valid binding to that
+	// backend at once.
 	ReasonDown Reason = iota + 1
-	// ReasonUnhealthy: the bound backend is unhealthy without being marked Down (the
-	// Scheduler documents exactly when it reports this reason).
+	// ReasonUnhealthy: found at selection time with its backend still among the
+	// candidates but Down in the health set, i.e. marked Down there directly rather than
+	// through OnBackendDown (or OnBackendDown had not reached that binding yet). The
+	// Scheduler documents the exact rules.
 	ReasonUnhealthy
 	// ReasonNotCandidate: the bound backend is no longer among the request's candidates.
 	ReasonNotCandidate
@@ -39,7 +42,9 @@ func (r Reason) String() string {
 func (r Reason) Valid() bool { return r >= ReasonDown && r <= ReasonNotCandidate }
 
 // Recorder receives the Scheduler's events. The Scheduler calls it outside its own locks,
-// once per event, on the request's goroutine.
+// once per event, on the goroutine of the call that caused the event: SelectBackend (hits,
+// misses, evictions, broken bindings found at selection time), OnBackendDown (one Broken
+// per still-valid binding it removes) or, for a Table used alone, Bind (evictions).
 //
 // Implementations must be safe for concurrent use, must not block (no I/O on the call
 // path), and must not retain the tier string beyond the call unless they copy it. Tier ""

@@ -34,9 +34,9 @@ func (k Kind) String() string {
 // Event is one Recorder call captured by a [Recording]. Reason is set only for
 // KindBroken and is 0 otherwise.
 type Event struct {
-	Kind   Kind
-	Tier   string
-	Reason Reason
+	Kind   Kind   // which Recorder method was called
+	Tier   string // the tier argument (copied)
+	Reason Reason // the reason argument of Broken; 0 for other kinds
 }
 
 // String renders the event as `kind tier="..."` plus ` reason=...` for broken events,
@@ -84,6 +84,7 @@ func (r *Recording) Broken(tier string, reason Reason) {
 func (r *Recording) Evicted(tier string) { r.record(Event{Kind: KindEvicted, Tier: tier}) }
 
 // Events returns a copy of the events logged so far, oldest first (nil if none).
+// O(events), allocates the copy.
 func (r *Recording) Events() []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -95,14 +96,14 @@ func (r *Recording) Events() []Event {
 	return out
 }
 
-// Len returns the number of events logged so far.
+// Len returns the number of events logged so far. O(1).
 func (r *Recording) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.events)
 }
 
-// Reset discards every logged event.
+// Reset discards every logged event and releases their memory. O(1).
 func (r *Recording) Reset() {
 	r.mu.Lock()
 	r.events = nil
