@@ -16,10 +16,11 @@ type Backend struct {
 	addr string
 }
 
-// NewBackend validates and builds a Backend. id must be non-empty; weight 0 means 1 (the
-// default), otherwise it must be positive and finite (negative, NaN or Inf is
-// ErrInvalidBackend wrapping hrw.ErrInvalidWeight). HRW shares are proportional to weight.
-// addr is stored as is. Cost: one xxh3 hash of id.
+// NewBackend validates and builds a Backend. id must be non-empty (else ErrInvalidBackend);
+// weight 0 means 1 (the default), otherwise it must lie in [hrw.MinWeight, hrw.MaxWeight]
+// (negative, NaN, Inf or out of range is ErrInvalidBackend wrapping hrw.ErrInvalidWeight).
+// HRW shares are proportional to weight. addr is stored as is. Cost: one xxh3 hash of id,
+// 0 allocs on success.
 func NewBackend(id, addr string, weight float64) (Backend, error) {
 	if id == "" {
 		return Backend{}, fmt.Errorf("%w: empty ID (addr %s)", ErrInvalidBackend, errTrunc(addr))

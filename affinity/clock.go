@@ -11,6 +11,8 @@ import (
 // (see package affinitytest). Implementations must be safe for concurrent use and should
 // be monotonic: the Scheduler measures ages as Now().Sub(the time read at construction).
 type Clock interface {
+	// Now returns the current time. It is called once per SelectBackend (hit or miss with
+	// a non-zero TTL) and per Table call that reads time, so it should be cheap.
 	Now() time.Time
 }
 

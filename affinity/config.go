@@ -47,8 +47,8 @@ type Config struct {
 	// ErrInvalidConfig.
 	MaxBindings int `yaml:"max_bindings" json:"max_bindings"`
 	// MaxSessionIDBytes is the longest session ID accepted, in bytes; 0 means
-	// DefaultMaxSessionIDBytes (256). Negative is ErrInvalidConfig. Session IDs up to 256
-	// bytes (with tiers up to 255 bytes) are looked up without allocating.
+	// DefaultMaxSessionIDBytes (256). Negative is ErrInvalidConfig. Lookups never allocate,
+	// whatever the limit; only a stored binding copies the ID (see [Table]).
 	MaxSessionIDBytes int `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
 	// Tiers overrides the TTL per tier name (at most MaxTierBytes bytes each). A tier not
 	// listed, or listed with a nil TTL, uses StickyTTLSeconds. At most 64 distinct

@@ -78,9 +78,10 @@
 //     LRU order is exact within a shard, approximate across shards.
 //   - [Scheduler.Forget] and Table.Delete count nothing; Recorder.Evicted is called for
 //     cap evictions only, not for expiry.
-//   - Logging (WithLogger, log/slog): Debug for each broken binding (tier, reason, old and
-//     new backend ID; never the session ID), Info for each OnBackendDown that removed
-//     bindings. Nothing per hit or per miss.
+//   - Logging (WithLogger, log/slog): Debug for each broken binding SelectBackend rebinds
+//     (tier, reason, old and new backend ID; never the session ID), Info for each
+//     OnBackendDown that removed bindings (backend ID and count; its broken bindings are
+//     not logged one by one). Nothing per hit or per miss.
 //   - Error messages quote at most 32 bytes of a session ID or tier.
 //
 // # Time
@@ -96,9 +97,11 @@
 //
 // # Reclaiming expired bindings
 //
-// Expired bindings are invisible at once. They are removed when their key is next
-// looked up, two per TTL-class list from the oldest end of the shard on every insert, at
-// the cap before anything is evicted, and all at once by [Scheduler.Sweep] (O(expired +
+// Expired bindings are invisible at once. They are removed when their session's next
+// SelectBackend rebinds the key ([Scheduler.Lookup], Table.Get and Table.Touch only skip
+// them), two per TTL-class list from the oldest end of the shard on every insert, at the
+// cap before anything is evicted, by OnBackendDown along with the backend's other
+// bindings, and all at once by [Scheduler.Sweep] (O(expired +
 // shards × distinct TTLs)). Under steady traffic the inserts keep the table clean; call
 // Sweep periodically if traffic may stop while memory matters — from your own goroutine:
 // there is no hidden one and no Close.
@@ -110,8 +113,10 @@
 //   - SelectBackend miss: 1 allocation (the stored key: 1 + len(tier) + len(sessionID)
 //     bytes, which also copies the caller's session ID); O(len(candidates)) HRW scores,
 //     plus one health lookup per candidate when the winner is not Healthy; two lock
-//     acquisitions. Nothing else allocates: the candidates are ranked from a stack copy (up
-//     to 64) or a pooled slice (more).
+//     acquisitions. Nothing else allocates in the steady state: the candidates are ranked
+//     from a stack copy (up to 64) or a pooled slice (more). Amortized growth (a shard's
+//     entry chunks and index, the pool after a GC) and the first binding to a backend in
+//     a shard (which interns its ID) allocate too.
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.
 //   - Lookup, Forget: O(1); Len, Stats: O(shards); Sweep: see above.
@@ -128,9 +133,10 @@
 // objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
 // backend (its interned ID and hrw node hash kept once per shard), which makes
 // OnBackendDown proportional to that backend's bindings. The key is one string: a byte
-// with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the session ID;
-// lookups build it in a stack buffer (session IDs up to 256 bytes), so the tier can be
-// recovered for per-tier metrics on eviction and OnBackendDown. Counters are plain
+// with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the session ID.
+// Lookups compare a stored key with (tier, session ID) in place, so they never build a
+// key and never allocate, whatever the session ID's length; the length byte lets the
+// tier be recovered for per-tier metrics on eviction and OnBackendDown. Counters are plain
 // integers under the shard lock; [Scheduler.Stats] sums them. The Recorder is called
 // after the lock is released.
 package affinity

@@ -3,8 +3,9 @@ package affinity
 import "errors"
 
 // Sentinel errors. Every error returned by this package wraps exactly one of them (with
-// the offending value); branch with [errors.Is]. A call that returns an error has stored
-// nothing and counted nothing.
+// the offending value) — except [CoarseClock.Run], which returns ctx.Err() or an
+// unwrapped "already running" error; branch with [errors.Is]. A call that returns an
+// error has stored nothing and counted nothing.
 var (
 	// ErrEmptySessionID: SelectBackend (or a Table method) got "" as the session ID.
 	ErrEmptySessionID = errors.New("affinity: empty session ID")
@@ -14,8 +15,10 @@ var (
 	ErrTierTooLong = errors.New("affinity: tier too long")
 	// ErrNoCandidates: SelectBackend got an empty candidate slice.
 	ErrNoCandidates = errors.New("affinity: no candidates")
-	// ErrInvalidBackend: an empty backend ID (a zero Backend in the candidates) or an
-	// invalid weight (negative, NaN or Inf) given to NewBackend.
+	// ErrInvalidBackend: an empty backend ID (given to NewBackend or Table.Bind, or a zero
+	// Backend among SelectBackend's candidates) or an invalid weight given to NewBackend
+	// (negative, NaN, Inf or outside [hrw.MinWeight, hrw.MaxWeight]; also wraps
+	// hrw.ErrInvalidWeight).
 	ErrInvalidBackend = errors.New("affinity: invalid backend")
 	// ErrNoEligibleBackend: every candidate is Down in the health set.
 	ErrNoEligibleBackend = errors.New("affinity: no eligible backend")

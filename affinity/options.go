@@ -46,7 +46,7 @@ func WithRecorder(r metrics.Recorder) Option {
 func WithHealth(s *health.Set) Option { return optionFunc(func(o *options) { o.health = s }) }
 
 // WithLogger sets the logger for rare events (default: none). The Scheduler logs at
-// Debug each broken binding (tier, backend ID, reason; never the session ID) and at Info
-// each OnBackendDown that removed bindings. It never logs per hit or per miss. nil keeps
-// the default.
+// Debug each broken binding that SelectBackend rebinds (tier, reason, old and new backend
+// ID; never the session ID) and at Info each OnBackendDown that removed bindings (backend
+// ID and count). It never logs per hit or per miss. nil keeps the default.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.log = l }) }

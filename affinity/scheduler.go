@@ -182,9 +182,10 @@ func noEligible(cands []Backend) error {
 // ErrTierTooLong, ErrNoCandidates, ErrInvalidBackend (a zero Backend among candidates),
 // ErrNoEligibleBackend (all candidates Down).
 //
-// Cost: hit O(len(candidates)) compares under one shard lock, one clock read, 0 allocs;
-// miss O(len(candidates)) HRW scores (plus a health lookup per candidate when the winner
-// is not Healthy), two shard locks, 1 allocation (the stored key; 0 with TTL 0).
+// Cost: one xxh3 hash of sessionID; hit O(len(candidates)) compares under one shard lock,
+// one clock read, 0 allocs; miss O(len(candidates)) HRW scores (plus a health lookup per
+// candidate when the winner is not Healthy), two shard locks, 1 allocation (the stored
+// key; 0 with TTL 0) plus the amortized growth described in the package documentation.
 func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) (Backend, bool, error) {
 	if err := s.validate(sessionID, tier, candidates); err != nil {
 		return Backend{}, false, err
@@ -290,7 +291,8 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 //
 // Cost: O(bindings to id + shards); each shard is locked only while its own bindings to
 // id are removed, so calls on other backends keep progressing. Recorder.Broken is called
-// once per removed binding after the locks are released.
+// once per still-valid removed binding, after the locks are released, on the calling
+// goroutine; the health set's subscribers are notified of the change first.
 func (s *Scheduler) OnBackendDown(id string) int {
 	s.health.MarkDown(id)
 	n, tally := s.t.deleteBackend(id, metrics.ReasonDown)
@@ -307,16 +309,20 @@ func (s *Scheduler) OnBackendDown(id string) int {
 }
 
 // OnBackendUp marks id Healthy. No failback: existing bindings stay where they are; new
-// sessions may land on id by HRW. O(1) amortized (a health set update).
+// sessions may land on id by HRW. Cost: one health set write ([health.Set.Set]: O(number
+// of non-Healthy IDs) when the state changes, which also notifies the set's subscribers).
+// Idempotent.
 func (s *Scheduler) OnBackendUp(id string) { s.health.MarkUp(id) }
 
 // OnBackendDraining marks id Draining: its valid bindings keep being honoured, new
-// sessions go elsewhere unless no candidate is Healthy.
+// sessions go elsewhere unless no candidate is Healthy. Cost as [Scheduler.OnBackendUp].
+// Idempotent.
 func (s *Scheduler) OnBackendDraining(id string) { s.health.MarkDraining(id) }
 
 // OnHealthChange applies a health transition (from a health.Prober observer or a
 // health.Set subscription): To Down calls OnBackendDown, Draining OnBackendDraining,
-// Healthy OnBackendUp.
+// Healthy OnBackendUp; an invalid To is ignored. Its signature fits
+// health.WithObserver and health.Set.Subscribe. Cost of the method it calls.
 func (s *Scheduler) OnHealthChange(tr health.Transition) {
 	switch tr.To {
 	case health.Down:
@@ -333,17 +339,20 @@ func (s *Scheduler) OnHealthChange(tr health.Transition) {
 func (s *Scheduler) Forget(sessionID, tier string) bool { return s.t.Delete(sessionID, tier) }
 
 // Lookup returns the backend ID of the valid (unexpired) binding of (sessionID, tier). It
-// never extends the TTL, checks neither health nor candidates, counts nothing. O(1),
-// 0 allocs.
+// never extends the TTL, checks neither health nor candidates, counts nothing, and leaves
+// an expired binding in place; invalid arguments give ok=false. O(1), 0 allocs.
 func (s *Scheduler) Lookup(sessionID, tier string) (backendID string, ok bool) {
 	return s.t.Get(sessionID, tier)
 }
 
-// Sweep reclaims every expired binding now; see [Table.Sweep].
+// Sweep reclaims every expired binding now and returns how many it removed; see
+// [Table.Sweep] for the cost. Call it from your own goroutine (e.g. every minute) if
+// traffic may stop while memory matters; nothing calls it for you.
 func (s *Scheduler) Sweep() int { return s.t.Sweep() }
 
 // Len returns the number of stored bindings (expired ones not yet reclaimed included).
+// O(shards) locks, 0 allocs.
 func (s *Scheduler) Len() int { return s.t.Len() }
 
-// Stats returns a snapshot of the counters; see [Table.Stats].
+// Stats returns a snapshot of the counters; see [Table.Stats]. O(shards) locks, 0 allocs.
 func (s *Scheduler) Stats() Stats { return s.t.Stats() }
