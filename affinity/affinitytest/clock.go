@@ -37,9 +37,11 @@ func (c *Clock) Advance(d time.Duration) time.Time {
 	return c.now
 }
 
-// Set moves the clock to t (monotonic reading stripped). Moving it backwards is allowed
-// but code under test that needs a monotonic clock (affinity.Scheduler does) will see
-// time stand still until the clock passes its latest reading again.
+// Set moves the clock to t (monotonic reading stripped). Moving it backwards is allowed,
+// but affinity.Scheduler assumes a monotonic clock and does not clamp it: until the clock
+// passes its latest reading again, bindings look younger than they are (they expire
+// later than a test may expect), while a hit or a new binding records no earlier lastUse
+// than the newest one already in its shard's TTL list.
 func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

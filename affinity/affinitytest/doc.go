@@ -3,7 +3,8 @@
 //
 // It is not used by package affinity itself; import it from tests only.
 //
-// Concurrency: every method of [Clock] is safe for concurrent use.
+// Concurrency: every method of [Clock] is safe for concurrent use. The package has no
+// globals and no init.
 //
 // Usage sketch:
 //
