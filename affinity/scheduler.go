@@ -292,7 +292,8 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 // Cost: O(bindings to id + shards); each shard is locked only while its own bindings to
 // id are removed, so calls on other backends keep progressing. Recorder.Broken is called
 // once per still-valid removed binding, after the locks are released, on the calling
-// goroutine; the health set's subscribers are notified of the change first.
+// goroutine. Marking Down notifies the health set's subscribers with the rules of
+// health.Set.Set (usually on this goroutine, before the bindings are removed).
 func (s *Scheduler) OnBackendDown(id string) int {
 	s.health.MarkDown(id)
 	n, tally := s.t.deleteBackend(id, metrics.ReasonDown)
