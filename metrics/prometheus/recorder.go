@@ -24,9 +24,13 @@ const (
 
 // Label names and special tier label values.
 const (
-	LabelTier   = "tier"
+	// LabelTier is the tier label of every counter.
+	LabelTier = "tier"
+	// LabelReason is the reason label of MetricBroken: "down", "unhealthy" or
+	// "not_candidate" (metrics.Reason.String).
 	LabelReason = "reason"
-	// TierDefault is the label of the empty tier "".
+	// TierDefault is the label of the empty tier "". A tier literally named "default"
+	// shares its series.
 	TierDefault = "default"
 	// TierOther is the label every folded tier is counted under: tiers outside the
 	// allow-list, tiers beyond the first MaxTiers distinct ones, and tiers that are not
@@ -82,8 +86,8 @@ func WithTiers(allow ...string) Option {
 
 // WithMaxTiers bounds the tier label without an allow-list: the first n distinct tiers
 // seen (the empty tier, as "default", counts as one) keep their own label; later ones are
-// counted under "other". Default [DefaultMaxTiers] (32). n < 1 makes New fail with
-// [ErrInvalidOption].
+// counted under "other", except the empty tier, which gets "default" even after the limit.
+// Default [DefaultMaxTiers] (32). n < 1 makes New fail with [ErrInvalidOption].
 func WithMaxTiers(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {
@@ -133,7 +137,10 @@ var _ metrics.Recorder = (*Recorder)(nil)
 // registry — New never uses the default registry. If a registration fails (for example a
 // second Recorder on the same registry: prometheus.AlreadyRegisteredError, reachable with
 // errors.As) New unregisters what it had registered and returns the error wrapped; it does
-// not panic. Invalid options return [ErrInvalidOption].
+// not panic. Invalid options return [ErrInvalidOption]; nil options are ignored.
+//
+// Cost: call it once per registry; it creates the series of "other" and of every
+// allow-listed tier (one child per counter, three for broken) up front.
 func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 	if reg == nil {
 		return nil, ErrNilRegisterer
@@ -284,9 +291,10 @@ func (r *Recorder) Broken(tier string, reason metrics.Reason) {
 }
 
 // ObserveBindings makes agentserve_affinity_bindings report fn() at every scrape (e.g.
-// sched.Len). Before it is called, or after ObserveBindings(nil), the gauge is 0. fn is
-// called on the scraping goroutine, so it must be safe for concurrent use and fast. Safe
-// to call at any time, concurrently with scrapes.
+// sched.Len, which counts expired bindings not yet reclaimed and costs O(shards) locks).
+// Before it is called, or after ObserveBindings(nil), the gauge is 0. fn is called on the
+// scraping goroutine, so it must be safe for concurrent use and fast. Safe to call at any
+// time, concurrently with scrapes; one atomic store.
 func (r *Recorder) ObserveBindings(fn func() int) {
 	if fn == nil {
 		r.bindingsFn.Store(nil)
@@ -304,7 +312,7 @@ func (r *Recorder) readBindings() float64 {
 
 // Label returns the tier label value events for tier are (or would now be) counted
 // under: "default" for "", the tier itself if kept, otherwise "other". It does not create
-// a label. Safe for concurrent use.
+// a label. Safe for concurrent use; lock-free, one map lookup, 0 allocs.
 func (r *Recorder) Label(tier string) string {
 	if tier == "" {
 		return TierDefault
