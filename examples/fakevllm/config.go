@@ -9,10 +9,12 @@ import (
 )
 
 // ErrInvalidConfig is returned (wrapped, with the offending field and value) by [New] and
-// [Config.Validate] for a negative size, duration or time scale.
+// [Config.Validate] for a negative size, duration or time scale, a NaN or infinite time
+// scale, default_max_tokens above [MaxOutputTokens] or block_tokens above 1<<20.
 var ErrInvalidConfig = errors.New("fakevllm: invalid config")
 
-// Defaults applied by [New] to zero Config fields.
+// Defaults applied by [New] to zero Config fields, and the request limits
+// MaxOutputTokens and MaxRequestBodyBytes.
 const (
 	DefaultModel           = "fake-model"
 	DefaultBlockTokens     = 16 // vLLM's default block size
@@ -28,7 +30,9 @@ const (
 )
 
 // Config is the simulator's plain-data configuration. Every zero field takes its default
-// (the Default* constants); negative values are [ErrInvalidConfig].
+// (the Default* constants); negative values are [ErrInvalidConfig] (see [Config.Validate]
+// for the other limits). The two time.Duration fields decode from JSON as integer
+// nanoseconds and from YAML (yaml.v3) as a duration string such as "1ms".
 type Config struct {
 	// ID names this backend: the X-Fakevllm-Backend response header and the "backend"
 	// label of its /metrics. Default "fakevllm".
@@ -36,7 +40,8 @@ type Config struct {
 	// Model is the model listed by GET /v1/models and reported when a request names none.
 	// Default "fake-model". Requests may name any model; it is echoed back.
 	Model string `yaml:"model" json:"model"`
-	// BlockTokens is the prefix-cache block size in tokens. Default 16 (vLLM's default).
+	// BlockTokens is the prefix-cache block size in tokens. Default 16 (vLLM's default);
+	// at most 1<<20.
 	BlockTokens int `yaml:"block_tokens" json:"block_tokens"`
 	// CacheBlocks is the prefix cache's LRU capacity in blocks. Default 4096.
 	CacheBlocks int `yaml:"cache_blocks" json:"cache_blocks"`

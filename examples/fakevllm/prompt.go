@@ -20,14 +20,15 @@ const BytesPerToken = 4
 // nothing). ToolCalls keeps an assistant message's "tool_calls" as raw JSON so repeated
 // history renders identically.
 type Message struct {
-	Role       string          `json:"role"`
-	Name       string          `json:"name,omitempty"`
-	Content    string          `json:"content"`
-	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`
-	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Role       string          `json:"role"`                   // required, any non-empty value
+	Name       string          `json:"name,omitempty"`         // optional participant name
+	Content    string          `json:"content"`                // text ("" for null)
+	ToolCalls  json.RawMessage `json:"tool_calls,omitempty"`   // raw JSON; nil if absent or null
+	ToolCallID string          `json:"tool_call_id,omitempty"` // the call a tool message answers
 }
 
 // UnmarshalJSON decodes a message, accepting string, null or content-part-array content.
+// Any other content (a number, an object, a malformed part array) is an error.
 func (m *Message) UnmarshalJSON(data []byte) error {
 	var raw struct {
 		Role       string          `json:"role"`
@@ -89,7 +90,9 @@ func decodeContent(raw json.RawMessage) (string, error) {
 //	finally:                "<|im_start|>assistant\n"
 //
 // compact is encoding/json.Compact; raw JSON that fails to compact is used as is. Cost:
-// O(prompt bytes), one allocation for the result.
+// O(prompt bytes); usually one allocation for the result, plus a scratch buffer for each
+// compacted tools or tool_calls value (and a regrowth when names and tool call IDs are
+// long). Safe for concurrent use.
 func RenderPrompt(tools json.RawMessage, messages []Message) string {
 	var b strings.Builder
 	n := 32

@@ -15,13 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Response headers set on every response.
+// Response headers set on every response, and the marker of generated text.
 const (
-	// HeaderSimulator is always "simulator": the response comes from fakevllm, not vLLM.
+	// HeaderSimulator names the header whose value is always "simulator": the response
+	// comes from fakevllm, not vLLM.
 	HeaderSimulator = "X-Fakevllm"
-	// HeaderBackend carries Config.ID.
+	// HeaderBackend names the header that carries Config.ID.
 	HeaderBackend = "X-Fakevllm-Backend"
-	// SimulatorMarker starts every generated completion text.
+	// SimulatorMarker starts every generated completion text (the first output token).
 	SimulatorMarker = "[fakevllm simulator]"
 )
 
@@ -53,7 +54,7 @@ type Stats struct {
 	Requests         uint64 // valid chat completion requests accepted (queued or run)
 	Completed        uint64 // requests whose response was fully written
 	Cancelled        uint64 // requests abandoned by the client (while queued or running)
-	Rejected         uint64 // requests answered with a 4xx error
+	Rejected         uint64 // responses with a 4xx status, on any route (400, 404, 405, 413)
 	PromptTokens     uint64 // prompt tokens of accepted requests
 	QueriedTokens    uint64 // prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries_total)
 	CachedTokens     uint64 // of those, served from the prefix cache (vllm:prefix_cache_hits_total)
@@ -66,7 +67,7 @@ type Stats struct {
 
 // New validates cfg, applies defaults and returns a healthy Server with an empty cache.
 // Errors wrap [ErrInvalidConfig]. Each Server has its own Prometheus registry (never the
-// global one), so many can run in one process.
+// global one), so many can run in one process. nil options are ignored.
 func New(cfg Config, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -101,7 +102,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the effective configuration (defaults applied).
+// Config returns a copy of the effective configuration (defaults applied).
 func (s *Server) Config() Config { return s.cfg }
 
 // SetHealthy sets what GET /health reports: 200 when true (the initial state), 503 when
@@ -109,7 +110,7 @@ func (s *Server) Config() Config { return s.cfg }
 // Safe for concurrent use.
 func (s *Server) SetHealthy(ok bool) { s.healthy.Store(ok) }
 
-// Healthy reports the state set by SetHealthy.
+// Healthy reports the state set by SetHealthy. Safe for concurrent use; one atomic load.
 func (s *Server) Healthy() bool { return s.healthy.Load() }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use; fields are read one
