@@ -24,21 +24,21 @@ import (
 // one of the more specific sentinels below, and names the offending field and value.
 // Branch with errors.Is.
 var (
-	ErrInvalidConfig    = errors.New("gateway: invalid config")
-	ErrUnknownKey       = errors.New("gateway: unknown config key")
-	ErrConfigSyntax     = errors.New("gateway: malformed config (YAML syntax or value type)")
-	ErrNoBackends       = errors.New("gateway: no backends")
-	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")
-	ErrBackendID        = errors.New("gateway: empty backend id")
-	ErrBackendURL       = errors.New("gateway: bad backend url")
-	ErrBackendWeight    = errors.New("gateway: bad backend weight")
-	ErrListenAddress    = errors.New("gateway: bad listen address")
-	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")
-	ErrHeaderName       = errors.New("gateway: bad header name")
-	ErrAffinityConfig   = errors.New("gateway: bad affinity config")
-	ErrHealthConfig     = errors.New("gateway: bad health config")
-	ErrTierName         = errors.New("gateway: bad tier name")
-	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")
+	ErrInvalidConfig    = errors.New("gateway: invalid config")                               // every configuration error
+	ErrUnknownKey       = errors.New("gateway: unknown config key")                           // a YAML key Config does not have
+	ErrConfigSyntax     = errors.New("gateway: malformed config (YAML syntax or value type)") // YAML that does not decode
+	ErrNoBackends       = errors.New("gateway: no backends")                                  // backends is empty
+	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")                         // two backends share an id
+	ErrBackendID        = errors.New("gateway: empty backend id")                             // an id that is empty or blank
+	ErrBackendURL       = errors.New("gateway: bad backend url")                              // not http(s)://host, or has a query/fragment
+	ErrBackendWeight    = errors.New("gateway: bad backend weight")                           // negative, NaN, Inf or out of hrw's range
+	ErrListenAddress    = errors.New("gateway: bad listen address")                           // not host:port with port 0..65535
+	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")                           // <= 0 after defaults
+	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token
+	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
+	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
+	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value
+	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a finite number > 0
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -130,8 +130,9 @@ type HealthConfig struct {
 	// success_threshold; zero values take the health package's defaults.
 	health.ProbeConfig `yaml:",inline"`
 	// PassiveRecheckSeconds is how often a backend that was marked down by a
-	// connection error is re-checked with GET <path>; it comes back after one 200
-	// (unless the active prober holds it down). 0 means 5 s.
+	// connection error is re-checked with GET <path>, in seconds; it comes back after one
+	// 2xx (unless the active prober holds it down). 0 means 5 s; negative, NaN or Inf is
+	// [ErrPassiveRecheck].
 	PassiveRecheckSeconds float64 `yaml:"passive_recheck_seconds"`
 }
 
@@ -155,7 +156,9 @@ func ParseConfig(data []byte) (Config, error) {
 	return cfg, nil
 }
 
-// LoadConfig reads the YAML file at path and calls [ParseConfig].
+// LoadConfig reads the YAML file at path and calls [ParseConfig]; configuration errors
+// are prefixed with path. A file that cannot be read is an error wrapping the os error
+// (errors.Is(err, fs.ErrNotExist) works), not [ErrInvalidConfig].
 func LoadConfig(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -50,9 +50,9 @@ const maxInjectBytes = 16 << 20
 
 // Metadata is the object inserted under "x_agent_serve" in non-streaming JSON responses.
 type Metadata struct {
-	Backend     string `json:"backend"`
-	AffinityHit bool   `json:"affinity_hit"`
-	Tier        string `json:"tier"`
+	Backend     string `json:"backend"`      // ID of the backend that served the request
+	AffinityHit bool   `json:"affinity_hit"` // true when the session's binding was reused
+	Tier        string `json:"tier"`         // the request's tier; "" is the default tier
 }
 
 // Gateway is an http.Handler that routes each request to a backend chosen by an
@@ -109,23 +109,27 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-// WithLogger sets the logger (default: discard).
+// WithLogger sets the logger (nil or omitted: discard). The gateway also passes it to the
+// Scheduler (affinity.WithLogger) and the proxy's ErrorLog.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
-// WithTransport sets the RoundTripper used to reach backends (default: a clone of
-// http.DefaultTransport that the gateway owns and closes).
+// WithTransport sets the RoundTripper used to reach backends, for proxied requests and
+// for the active and passive health checks (nil or omitted: a clone of
+// http.DefaultTransport that the gateway owns and [Gateway.Close] closes).
 func WithTransport(rt http.RoundTripper) Option {
 	return optionFunc(func(o *options) { o.transport = rt })
 }
 
-// WithRegistry makes /metrics serve reg and registers the affinity series on it
-// (default: a fresh prometheus.NewRegistry with the Go and process collectors).
+// WithRegistry makes /metrics serve reg and registers the affinity series on it (nil or
+// omitted: a fresh prometheus.NewRegistry with the Go and process collectors). New fails
+// if reg already holds the agentserve_affinity_* series.
 func WithRegistry(reg *prometheus.Registry) Option {
 	return optionFunc(func(o *options) { o.registry = reg })
 }
 
-// WithSchedulerOptions passes options (clock, logger) to affinity.New. The gateway
-// adds its own WithRecorder.
+// WithSchedulerOptions passes options (clock, logger, health set) to affinity.New. The
+// gateway passes its own WithRecorder (the Prometheus adapter) and WithLogger first, so
+// these override them: a WithRecorder here leaves the gateway's /metrics counters at 0.
 func WithSchedulerOptions(opts ...affinity.Option) Option {
 	return optionFunc(func(o *options) { o.schedOpts = append(o.schedOpts, opts...) })
 }
@@ -141,7 +145,9 @@ func WithRecheckTicks(c <-chan time.Time) Option {
 }
 
 // New builds a gateway from cfg (defaults are applied and the result validated).
-// It starts no goroutine; see [Gateway.Run].
+// It starts no goroutine; see [Gateway.Run]. Configuration errors wrap
+// [ErrInvalidConfig] (see the sentinels); a failure to register the metrics on the
+// registry is returned wrapped. Options must not be nil.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -271,7 +277,8 @@ func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 
 // Run runs the background health loops until ctx is done: the active prober (when
 // health.enabled) and the passive re-check of backends downed by connection errors.
-// It returns nil after ctx is done and every loop has stopped. Call it once.
+// It returns nil after ctx is done and every loop has stopped. Call it once, and not
+// at all when using [Gateway.Serve] or [Gateway.ListenAndServe], which call it.
 func (g *Gateway) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if g.prober != nil {
@@ -593,7 +600,9 @@ func injectable(resp *http.Response) bool {
 // InjectMetadata inserts `"x_agent_serve": meta` as the first member of the JSON
 // object in body, keeping the rest byte for byte. It returns body unchanged and
 // false when body is not a valid JSON object or already has the key at top level.
-// meta must be valid JSON. Cost: O(len(body)), one allocation.
+// meta must be valid JSON. Cost: O(len(body)) time; besides the result (one allocation
+// of about len(body)+len(meta) bytes) it decodes the top-level object into a map to check
+// the key, which allocates per top-level member. Safe for concurrent use.
 func InjectMetadata(body, meta []byte) ([]byte, bool) {
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(body) {

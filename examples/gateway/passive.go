@@ -78,9 +78,10 @@ func cloneURL(in *http.Request) *url.URL {
 }
 
 // IsConnectError reports whether err from a RoundTrip means the backend could not be
-// reached or dropped the connection before sending a response: dial errors, refused
-// or reset connections, EOF before the response head. Timeouts waiting for a
-// response and cancellations are not connection errors.
+// reached or dropped the connection before sending a response: dial errors (dial
+// timeouts included), refused or reset connections, broken pipes, EOF before the
+// response head, and any other non-timeout *net.OpError. Timeouts waiting for a
+// response, context cancellation and deadlines are not connection errors. nil is false.
 func IsConnectError(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
@@ -116,7 +117,8 @@ func (g *Gateway) markPassiveDown(id string, err error) {
 }
 
 // PassivelyDown returns the IDs of backends currently held down by a connection
-// error and awaiting their re-check, in configuration order.
+// error and awaiting their re-check, in configuration order (nil if none). Safe for
+// concurrent use; O(backends), allocates the result.
 func (g *Gateway) PassivelyDown() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -132,7 +134,8 @@ func (g *Gateway) PassivelyDown() []string {
 // RecheckPassive checks every passively downed backend once (GET <url><health.path>)
 // and brings back, via Scheduler.OnBackendUp, those answering 2xx — unless the active
 // prober currently holds them Down, in which case the prober decides. It blocks until
-// the checks are done and returns the IDs brought back.
+// the checks are done — one at a time, each bounded by health.timeout_seconds (default
+// 2 s) — and returns the IDs brought back (nil if none). Safe for concurrent use.
 func (g *Gateway) RecheckPassive(ctx context.Context) []string {
 	var up []string
 	for _, id := range g.PassivelyDown() {
