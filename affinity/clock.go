@@ -53,10 +53,11 @@ func (c *CoarseClock) Now() time.Time { return c.base.Add(time.Duration(c.elapse
 func (c *CoarseClock) nanos() int64 { return c.elapsed.Load() }
 
 // Run advances the clock every resolution until ctx is done, then returns ctx.Err().
-// Running it twice at once is a programmer error and returns an error immediately.
+// Running it twice at once is a programmer error: the second call returns
+// ErrClockRunning immediately.
 func (c *CoarseClock) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return fmt.Errorf("affinity: CoarseClock.Run already running")
+		return ErrClockRunning
 	}
 	defer c.running.Store(false)
 	t := time.NewTicker(c.resolution)

@@ -3,9 +3,9 @@ package affinity
 import "errors"
 
 // Sentinel errors. Every error returned by this package wraps exactly one of them (with
-// the offending value) — except [CoarseClock.Run], which returns ctx.Err() or an
-// unwrapped "already running" error; branch with [errors.Is]. A call that returns an
-// error has stored nothing and counted nothing.
+// the offending value) — except [CoarseClock.Run], which returns ctx.Err() when its
+// context ends; branch with [errors.Is]. A call that returns an error has stored nothing
+// and counted nothing.
 var (
 	// ErrEmptySessionID: SelectBackend (or a Table method) got "" as the session ID.
 	ErrEmptySessionID = errors.New("affinity: empty session ID")
@@ -25,6 +25,9 @@ var (
 	// ErrInvalidConfig: Config.Validate (and so New) rejected a field; the message names
 	// the field (by its yaml/json key) and the value.
 	ErrInvalidConfig = errors.New("affinity: invalid config")
+	// ErrClockRunning: CoarseClock.Run was called while another Run of the same clock
+	// was still running (a programmer error; the second call returns at once).
+	ErrClockRunning = errors.New("affinity: CoarseClock.Run already running")
 )
 
 // errTrunc returns at most 32 bytes of s, quoted, so that a huge session ID never ends up
