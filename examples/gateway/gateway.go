@@ -482,13 +482,9 @@ func (g *Gateway) tier(r *http.Request, model string) (string, error) {
 	return g.cfg.ModelTiers[model], nil
 }
 
-// jsonEndpoints are the OpenAI-compatible POST endpoints whose body is JSON whatever
-// Content-Type the client sent (curl -d sends application/x-www-form-urlencoded).
-var jsonEndpoints = []string{"/chat/completions", "/completions", "/embeddings", "/responses"}
-
 // parseModel extracts the "model" of a JSON request body. The body of a POST request
 // must be a JSON object (an empty body is not one) when its Content-Type is JSON, or
-// when its path ends in one of jsonEndpoints and it is not multipart, or when its
+// when its path is a JSON endpoint (isJSONEndpoint) and it is not multipart, or when its
 // Content-Type is absent and it has a body; other requests are not inspected.
 func parseModel(r *http.Request, body []byte) (string, error) {
 	if r.Method != http.MethodPost {
@@ -529,8 +525,11 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	return model, nil
 }
 
+// isJSONEndpoint reports whether path is one of the OpenAI-compatible POST endpoints
+// whose body is JSON whatever Content-Type the client sent (curl -d sends
+// application/x-www-form-urlencoded).
 func isJSONEndpoint(path string) bool {
-	for _, e := range jsonEndpoints {
+	for _, e := range [...]string{"/chat/completions", "/completions", "/embeddings", "/responses"} {
 		if strings.HasSuffix(path, e) {
 			return true
 		}
