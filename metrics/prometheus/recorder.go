@@ -171,7 +171,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		max: cfg.maxTiers,
 	}
 	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,
-		Help: "Live session-to-backend bindings, read at scrape time."}, r.readBindings)
+		Help: "Stored session-to-backend bindings (expired ones not yet reclaimed included), read at scrape time."}, r.readBindings)
 
 	var registered []prometheus.Collector
 	for _, c := range []struct {

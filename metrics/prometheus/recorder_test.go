@@ -23,7 +23,7 @@ var allNames = []string{
 	promaffinity.MetricEvictions, promaffinity.MetricBindings,
 }
 
-const help = `# HELP agentserve_affinity_bindings Live session-to-backend bindings, read at scrape time.
+const help = `# HELP agentserve_affinity_bindings Stored session-to-backend bindings (expired ones not yet reclaimed included), read at scrape time.
 # TYPE agentserve_affinity_bindings gauge
 `
 
@@ -253,7 +253,7 @@ func TestNewErrors(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		// Registered last by New: the four counters are registered, then rolled back.
 		clash := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: promaffinity.MetricBindings,
-			Help: "Live session-to-backend bindings, read at scrape time."}, func() float64 { return 3 })
+			Help: "Stored session-to-backend bindings (expired ones not yet reclaimed included), read at scrape time."}, func() float64 { return 3 })
 		reg.MustRegister(clash)
 		_, err := promaffinity.New(reg)
 		var are prometheus.AlreadyRegisteredError
