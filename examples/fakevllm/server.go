@@ -514,14 +514,13 @@ func (s *Server) scale(n int, per time.Duration) time.Duration {
 	return time.Duration(d)
 }
 
-var fillerWords = [...]string{" simulated", " tokens", " from", " a", " fake", " vLLM", " backend", " only"}
-
 // tokenText is the text of output token i: the simulator marker first, then filler words.
 func tokenText(i int) string {
 	if i == 0 {
 		return SimulatorMarker
 	}
-	return fillerWords[(i-1)%len(fillerWords)]
+	words := [...]string{" simulated", " tokens", " from", " a", " fake", " vLLM", " backend", " only"}
+	return words[(i-1)%len(words)]
 }
 
 // completionText is the full text of n output tokens (what streaming sends piecewise).

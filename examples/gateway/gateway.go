@@ -233,7 +233,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	timeout := cfg.Health.TimeoutSeconds
 	if timeout <= 0 {
-		timeout = 2
+		timeout = health.DefaultTimeoutSeconds
 	}
 	g.checker = &http.Client{Transport: g.base, Timeout: time.Duration(timeout * float64(time.Second))}
 
