@@ -147,6 +147,12 @@ func ParseConfig(data []byte) (Config, error) {
 		if strings.Contains(err.Error(), "not found in type") { // yaml.v3's unknown-field message
 			kind = ErrUnknownKey
 		}
+		if errors.Is(err, affinity.ErrInvalidConfig) {
+			// The affinity section failed in affinity.Config.UnmarshalYAML (wrong type,
+			// fractional number, unknown key): name the section and drop the library's
+			// own "invalid config" so the message says it once.
+			return Config{}, invalidFrom(kind, "affinity", err, affinity.ErrInvalidConfig)
+		}
 		return Config{}, &configError{kind: kind, msg: err.Error(), cause: err}
 	}
 	cfg = cfg.WithDefaults()

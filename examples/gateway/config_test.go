@@ -4,12 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -111,6 +113,23 @@ func TestParseConfigErrors(t *testing.T) {
 				assert.Contains(t, err.Error(), s)
 			}
 		})
+	}
+}
+
+// Errors found while decoding the affinity section (by affinity.Config.UnmarshalYAML)
+// say "invalid config" once, like every other configuration error, and name the section.
+func TestParseConfigAffinityDecodeErrorsSayInvalidOnce(t *testing.T) {
+	for _, doc := range []string{
+		"affinity: {sticky_ttl_seconds: 0.5}\n" + minimal,
+		"affinity: {sticky_ttl_seconds: abc}\n" + minimal,
+		"affinity: {max_bindings: 1, bogus: 1}\n" + minimal,
+		"affinity: {sticky_ttl_seconds: -5}\n" + minimal, // found by Validate, not decoding
+	} {
+		_, err := gateway.ParseConfig([]byte(doc))
+		require.Error(t, err, doc)
+		assert.ErrorIs(t, err, affinity.ErrInvalidConfig, doc)
+		assert.Equal(t, 1, strings.Count(err.Error(), "invalid config"), "%s: %v", doc, err)
+		assert.True(t, strings.HasPrefix(err.Error(), "gateway: invalid config: affinity: "), "%s: %v", doc, err)
 	}
 }
 
