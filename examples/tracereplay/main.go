@@ -24,10 +24,16 @@ const defaultCacheShare = 0.20
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "tracereplay:", err)
+			fmt.Fprintln(os.Stderr, errorLine(err))
 		}
 		os.Exit(2)
 	}
+}
+
+// errorLine is the line main prints for err: "tracereplay: " once, also when err is one
+// of this package's sentinels (ErrBadEvent, ...), which carry that prefix themselves.
+func errorLine(err error) string {
+	return "tracereplay: " + strings.TrimPrefix(err.Error(), "tracereplay: ")
 }
 
 type options struct {

@@ -85,6 +85,16 @@ func TestRunMalformedLines(t *testing.T) {
 	assert.Contains(t, err.Error(), "1 malformed line(s)")
 }
 
+func TestErrorLineSaysProgramOnce(t *testing.T) {
+	trace := writeTemp(t, handTrace)
+	err := run([]string{"-trace", trace, "-down", "x"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.ErrorIs(t, err, ErrBadEvent)
+	assert.Equal(t, `tracereplay: bad backend event: "x": want INDEX:DOWN-UP`, errorLine(err))
+	err = run([]string{"-trace", trace, "-backends", "0"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Equal(t, "tracereplay: -backends 0: want >= 1", errorLine(err))
+}
+
 func TestRunErrors(t *testing.T) {
 	trace := writeTemp(t, handTrace)
 	tests := []struct {
