@@ -364,20 +364,10 @@ func topk(kh uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		}
 		c := keyOf(kh, n, i)
 		if len(dst) == k {
-			if c.w == thr.w {
-				if c.m < thr.m {
-					continue
-				}
-			} else {
-				if thr.s == 0 {
-					thr.s = score(thr.w, thr.m)
-				}
+			if c.w != thr.w {
 				mixed = true
-				if loses(c.w, c.m, thr.s) {
-					continue
-				}
 			}
-			if !before(&c, &thr) {
+			if !outranks(&c, &thr) {
 				continue
 			}
 		}
@@ -481,4 +471,24 @@ func sortKeys(keys []key, uniform bool) {
 		}
 		return 0
 	})
+}
+
+// outranks reports whether c comes before thr, the last entry of a full top-k list, in
+// the canonical order, trying the cheap tests first: equal weights compare m; mixed
+// weights try the ln-free bound of [loses] before the exact order. It fills in thr.s on
+// first need.
+func outranks(c, thr *key) bool {
+	if c.w == thr.w {
+		if c.m < thr.m {
+			return false
+		}
+	} else {
+		if thr.s == 0 {
+			thr.s = score(thr.w, thr.m)
+		}
+		if loses(c.w, c.m, thr.s) {
+			return false
+		}
+	}
+	return before(c, thr)
 }

@@ -97,19 +97,7 @@ func (r *Ranker) TopK(dst []Node, keyHash uint64, k int) []Node {
 		n := &r.live[i]
 		c := keyOf(keyHash, n, 0)
 		if len(dst) == k {
-			if c.w == thr.w {
-				if c.m < thr.m {
-					continue
-				}
-			} else {
-				if thr.s == 0 {
-					thr.s = score(thr.w, thr.m)
-				}
-				if loses(c.w, c.m, thr.s) {
-					continue
-				}
-			}
-			if !before(&c, &thr) {
+			if !outranks(&c, &thr) {
 				continue
 			}
 			dst = dst[:k-1]
