@@ -39,6 +39,7 @@ var (
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
 	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a finite number > 0
+	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a finite number > 0
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -53,6 +54,8 @@ const (
 	DefaultHealthPath = "/health"
 	// DefaultPassiveRecheckSeconds is how often a passively downed backend is re-checked.
 	DefaultPassiveRecheckSeconds = 5.0
+	// DefaultSweepSeconds is how often expired bindings are reclaimed.
+	DefaultSweepSeconds = 60.0
 )
 
 // DefaultSessionHeaders returns the session-ID headers checked, in this order, when
@@ -107,6 +110,11 @@ type Config struct {
 	// RetryOnConnectError retries a request once on the next backend when the chosen
 	// one refuses or resets the connection before sending any response byte. Nil means true.
 	RetryOnConnectError *bool `yaml:"retry_on_connect_error"`
+	// SweepSeconds is how often [Gateway.Run] reclaims expired bindings
+	// (Scheduler.Sweep), in seconds, so that memory is returned even when sessions never
+	// come back and no new session arrives. 0 means 60 s; negative, NaN or Inf is
+	// [ErrSweepInterval].
+	SweepSeconds float64 `yaml:"sweep_seconds"`
 }
 
 // BackendConfig is one inference server.
@@ -201,6 +209,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Health.Path == "" {
 		c.Health.Path = DefaultHealthPath
+	}
+	if c.SweepSeconds == 0 {
+		c.SweepSeconds = DefaultSweepSeconds
 	}
 	if c.Health.PassiveRecheckSeconds == 0 {
 		c.Health.PassiveRecheckSeconds = DefaultPassiveRecheckSeconds
@@ -315,6 +326,9 @@ func (c Config) Validate() error {
 	}
 	if v := c.Health.PassiveRecheckSeconds; !(v > 0) || math.IsInf(v, 0) {
 		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: must be > 0", v)
+	}
+	if v := c.SweepSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrSweepInterval, "sweep_seconds: %v: must be > 0", v)
 	}
 	return nil
 }

@@ -73,6 +73,7 @@ type Gateway struct {
 	checker    *http.Client
 	retry      bool
 	recheck    <-chan time.Time
+	sweep      <-chan time.Time // nil: a ticker every cfg.SweepSeconds
 	backends   []*backend
 	byID       map[string]*backend
 	byTier     map[string][]affinity.Backend
@@ -103,6 +104,7 @@ type options struct {
 	schedOpts    []affinity.Option
 	probeTicks   <-chan time.Time
 	recheckTicks <-chan time.Time
+	sweepTicks   <-chan time.Time
 }
 
 type optionFunc func(*options)
@@ -144,6 +146,12 @@ func WithRecheckTicks(c <-chan time.Time) Option {
 	return optionFunc(func(o *options) { o.recheckTicks = c })
 }
 
+// WithSweepTicks drives the periodic Scheduler.Sweep from ticks instead of its
+// interval (tests).
+func WithSweepTicks(c <-chan time.Time) Option {
+	return optionFunc(func(o *options) { o.sweepTicks = c })
+}
+
 // New builds a gateway from cfg (defaults are applied and the result validated).
 // It starts no goroutine; see [Gateway.Run]. Configuration errors wrap
 // [ErrInvalidConfig] (see the sentinels); a failure to register the metrics on the
@@ -162,6 +170,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		log:        o.logger,
 		retry:      cfg.retryOnConnectError(),
 		recheck:    o.recheckTicks,
+		sweep:      o.sweepTicks,
 		byID:       make(map[string]*backend, len(cfg.Backends)),
 		byTier:     make(map[string][]affinity.Backend),
 		tierNodes:  make(map[string][]*backend),
@@ -275,8 +284,9 @@ func (g *Gateway) Scheduler() *affinity.Scheduler { return g.sched }
 // Registry returns the Prometheus registry /metrics serves.
 func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
 
-// Run runs the background health loops until ctx is done: the active prober (when
-// health.enabled) and the passive re-check of backends downed by connection errors.
+// Run runs the background loops until ctx is done: the active prober (when
+// health.enabled), the passive re-check of backends downed by connection errors, and
+// the periodic reclamation of expired bindings (Scheduler.Sweep every sweep_seconds).
 // It returns nil after ctx is done and every loop has stopped. Call it once, and not
 // at all when using [Gateway.Serve] or [Gateway.ListenAndServe], which call it.
 func (g *Gateway) Run(ctx context.Context) error {
@@ -289,8 +299,30 @@ func (g *Gateway) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { g.recheckLoop(ctx) })
+	wg.Go(func() { g.sweepLoop(ctx) })
 	wg.Wait()
 	return nil
+}
+
+// sweepLoop reclaims expired bindings every sweep_seconds until ctx is done, so that
+// the table shrinks even when traffic stops (inserts only reclaim a few at a time).
+func (g *Gateway) sweepLoop(ctx context.Context) {
+	ticks := g.sweep
+	if ticks == nil {
+		t := time.NewTicker(time.Duration(g.cfg.SweepSeconds * float64(time.Second)))
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+			if n := g.sched.Sweep(); n > 0 {
+				g.log.Debug("reclaimed expired bindings", "count", n)
+			}
+		}
+	}
 }
 
 // Serve serves HTTP on ln and runs [Gateway.Run] until ctx is done, then shuts the
