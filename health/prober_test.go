@@ -227,25 +227,44 @@ func TestProberConnectionRefused(t *testing.T) {
 }
 
 func TestProberTimeout(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) }) // runs before srv.Close
+	// The probe timeout covers the whole exchange: a backend that never answers, and one
+	// that sends a 2xx head but stalls in the body, both count as failures.
+	tests := []struct {
+		name string
+		head bool // send a 200 head and part of the body before stalling
+	}{
+		{"no response", false},
+		{"2xx head, body stalls", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tt.head {
+					w.WriteHeader(http.StatusOK)
+					_, _ = w.Write([]byte(`{"status":`))
+					w.(http.Flusher).Flush()
+				}
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}))
+			t.Cleanup(srv.Close)
+			t.Cleanup(func() { close(release) }) // runs before srv.Close
 
-	var obs observer
-	p, err := health.NewProber(health.ProbeConfig{TimeoutSeconds: 0.05, FailureThreshold: 1},
-		[]health.Target{{ID: "hung", URL: srv.URL}}, health.WithObserver(obs.observe))
-	require.NoError(t, err)
-	start := time.Now()
-	p.ProbeOnce(context.Background())
-	elapsed := time.Since(start)
-	assert.Equal(t, []health.Transition{down("hung")}, obs.transitions())
-	assert.Less(t, elapsed, 5*time.Second, "the round is bounded by the probe timeout")
+			var obs observer
+			p, err := health.NewProber(health.ProbeConfig{TimeoutSeconds: 0.05, FailureThreshold: 1},
+				[]health.Target{{ID: "hung", URL: srv.URL}}, health.WithObserver(obs.observe))
+			require.NoError(t, err)
+			start := time.Now()
+			p.ProbeOnce(context.Background())
+			elapsed := time.Since(start)
+			assert.Equal(t, []health.Transition{down("hung")}, obs.transitions())
+			assert.Equal(t, health.Down, p.State("hung"))
+			assert.Less(t, elapsed, 5*time.Second, "the round is bounded by the probe timeout")
+		})
+	}
 }
 
 func TestProberProbesInParallel(t *testing.T) {
@@ -490,31 +509,6 @@ func TestProbeConfigValidation(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "health: "), err.Error())
 		})
 	}
-}
-
-// A 2xx whose body stalls past the timeout is a failure: TimeoutSeconds bounds "connect,
-// headers and body".
-func TestProberTimeoutInBody(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(`{"status":`))
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) }) // runs before srv.Close
-
-	var obs observer
-	p, err := health.NewProber(health.ProbeConfig{TimeoutSeconds: 0.05, FailureThreshold: 1},
-		[]health.Target{{ID: "stalled", URL: srv.URL}}, health.WithObserver(obs.observe))
-	require.NoError(t, err)
-	p.ProbeOnce(context.Background())
-	assert.Equal(t, []health.Transition{down("stalled")}, obs.transitions())
-	assert.Equal(t, health.Down, p.State("stalled"))
 }
 
 func TestCheck(t *testing.T) {
