@@ -1,6 +1,7 @@
 package fakevllm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,33 +88,15 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with every zero field replaced by its default.
 func (c Config) withDefaults() Config {
-	if c.ID == "" {
-		c.ID = DefaultID
-	}
-	if c.Model == "" {
-		c.Model = DefaultModel
-	}
-	if c.BlockTokens == 0 {
-		c.BlockTokens = DefaultBlockTokens
-	}
-	if c.CacheBlocks == 0 {
-		c.CacheBlocks = DefaultCacheBlocks
-	}
-	if c.PrefillPerToken == 0 {
-		c.PrefillPerToken = DefaultPrefillPerToken
-	}
-	if c.DecodePerToken == 0 {
-		c.DecodePerToken = DefaultDecodePerToken
-	}
-	if c.MaxConcurrent == 0 {
-		c.MaxConcurrent = DefaultMaxConcurrent
-	}
-	if c.TimeScale == 0 {
-		c.TimeScale = DefaultTimeScale
-	}
-	if c.DefaultMaxTokens == 0 {
-		c.DefaultMaxTokens = DefaultMaxTokens
-	}
+	c.ID = cmp.Or(c.ID, DefaultID)
+	c.Model = cmp.Or(c.Model, DefaultModel)
+	c.BlockTokens = cmp.Or(c.BlockTokens, DefaultBlockTokens)
+	c.CacheBlocks = cmp.Or(c.CacheBlocks, DefaultCacheBlocks)
+	c.PrefillPerToken = cmp.Or(c.PrefillPerToken, DefaultPrefillPerToken)
+	c.DecodePerToken = cmp.Or(c.DecodePerToken, DefaultDecodePerToken)
+	c.MaxConcurrent = cmp.Or(c.MaxConcurrent, DefaultMaxConcurrent)
+	c.TimeScale = cmp.Or(c.TimeScale, DefaultTimeScale)
+	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, DefaultMaxTokens)
 	return c
 }
 
