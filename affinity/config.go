@@ -107,8 +107,8 @@ func (c Config) resolve() (resolved, error) {
 	}
 	r.defTTL = ttl
 	switch {
-	case c.MaxBindings < 0 || c.MaxBindings > MaxMaxBindings:
-		return r, fmt.Errorf("%w: max_bindings: %d out of range [0, %d]", ErrInvalidConfig, c.MaxBindings, MaxMaxBindings)
+	case c.MaxBindings < 0 || int64(c.MaxBindings) > MaxMaxBindings: // int64: builds where int is 32 bits
+		return r, fmt.Errorf("%w: max_bindings: %d out of range [0, %d]", ErrInvalidConfig, c.MaxBindings, int64(MaxMaxBindings))
 	case c.MaxBindings == 0:
 		r.maxBindings = DefaultMaxBindings
 	default:
