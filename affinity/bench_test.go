@@ -24,7 +24,7 @@ func parallelStart(next *atomic.Int64) int {
 
 // sessionID returns a 36-byte UUID-shaped session ID.
 func sessionID(i int) string {
-	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i, i&0xffff, i&0xfff, (i>>12)&0xfff, i*2654435761)
+	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i, i&0xffff, i&0xfff, (i>>12)&0xfff, int64(i)*2654435761)
 }
 
 func benchSessionIDs(n int) []string {

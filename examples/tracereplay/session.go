@@ -1,6 +1,9 @@
 package main
 
-import "sort"
+import (
+	"math"
+	"sort"
+)
 
 // globalPrefixShare is the share of requests that must start with a block sequence for
 // it to count as the global prefix (the shared system prompt): "almost all" requests.
@@ -128,7 +131,7 @@ func (s *Sessions) TurnsHistogram() []HistogramBucket {
 		lo, hi int
 		label  string
 	}{{1, 1, "1"}, {2, 2, "2"}, {3, 3, "3"}, {4, 4, "4"}, {5, 5, "5"},
-		{6, 10, "6-10"}, {11, 20, "11-20"}, {21, 1 << 62, "21+"}}
+		{6, 10, "6-10"}, {11, 20, "11-20"}, {21, math.MaxInt, "21+"}}
 	out := make([]HistogramBucket, len(bounds))
 	for i, b := range bounds {
 		out[i].Label = b.label
