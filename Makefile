@@ -16,7 +16,7 @@ fmt-check:
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
-	@echo "== go vet, 32-bit (.)"; GOARCH=386 $(GO) vet ./...
+	@echo "== go vet, 32-bit (.)"; GOARCH=386 CGO_ENABLED=0 $(GO) vet ./...
 
 race:
 	@set -e; for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...); done
