@@ -374,7 +374,7 @@ update refactor implement review deploy rollback branch commit diff patch lint v
 func systemPrompt(rng *rand.Rand, sessionID string, n int) string {
 	var b strings.Builder
 	b.Grow(n + 16)
-	fmt.Fprintf(&b, "<env>session %s; cwd /work/project-%08x</env>\nYou are a coding agent. Tools and rules:\n", sessionID, rng.Uint32())
+	fmt.Fprintf(&b, "<env>session %s; cwd /home/agent/project-%08x</env>\nYou are a coding agent. Tools and rules:\n", sessionID, rng.Uint32())
 	for b.Len() < n {
 		b.WriteString(words[rng.IntN(len(words))])
 		b.WriteByte(' ')
