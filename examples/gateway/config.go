@@ -233,8 +233,10 @@ type configError struct {
 	cause error // nil, or the library error behind msg
 }
 
+// Error returns "gateway: invalid config: " and the message.
 func (e *configError) Error() string { return ErrInvalidConfig.Error() + ": " + e.msg }
 
+// Unwrap returns ErrInvalidConfig, the specific sentinel and the library error, if any.
 func (e *configError) Unwrap() []error {
 	if e.cause == nil {
 		return []error{ErrInvalidConfig, e.kind}

@@ -22,6 +22,8 @@ import (
 // returned a response yet.
 type retryTransport struct{ g *Gateway }
 
+// RoundTrip sends req to its backend; on a connection error it marks that backend down
+// and, if retries are on, replays req once on the scheduler's next choice.
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
 	resp, err := g.base.RoundTrip(req)
