@@ -307,9 +307,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 // sweepLoop reclaims expired bindings every sweep_seconds until ctx is done, so that
 // the table shrinks even when traffic stops (inserts only reclaim a few at a time).
 func (g *Gateway) sweepLoop(ctx context.Context) {
-	ticks := g.sweep
+	every(ctx, g.sweep, g.cfg.SweepSeconds, func() {
+		if n := g.sched.Sweep(); n > 0 {
+			g.log.Debug("reclaimed expired bindings", "count", n)
+		}
+	})
+}
+
+// every calls fn on each tick until ctx is done. ticks drives it in tests; nil means a
+// ticker every seconds.
+func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func()) {
 	if ticks == nil {
-		t := time.NewTicker(time.Duration(g.cfg.SweepSeconds * float64(time.Second)))
+		t := time.NewTicker(time.Duration(seconds * float64(time.Second)))
 		defer t.Stop()
 		ticks = t.C
 	}
@@ -318,9 +327,7 @@ func (g *Gateway) sweepLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticks:
-			if n := g.sched.Sweep(); n > 0 {
-				g.log.Debug("reclaimed expired bindings", "count", n)
-			}
+			fn()
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/agentserve/sessionaffinity/health"
 )
@@ -174,18 +173,5 @@ func (g *Gateway) checkHealth(ctx context.Context, b *backend) bool {
 }
 
 func (g *Gateway) recheckLoop(ctx context.Context) {
-	ticks := g.recheck
-	if ticks == nil {
-		t := time.NewTicker(time.Duration(g.cfg.Health.PassiveRecheckSeconds * float64(time.Second)))
-		defer t.Stop()
-		ticks = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticks:
-			g.RecheckPassive(ctx)
-		}
-	}
+	every(ctx, g.recheck, g.cfg.Health.PassiveRecheckSeconds, func() { g.RecheckPassive(ctx) })
 }
