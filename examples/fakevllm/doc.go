@@ -72,5 +72,5 @@
 //	defer ts.Close()
 //	// POST ts.URL + "/v1/chat/completions" with any OpenAI client; read srv.Stats().
 //
-// The command examples/cmd/fakevllm serves one on a port.
+// The command examples/cmd/fake-vllm serves one on a port.
 package fakevllm

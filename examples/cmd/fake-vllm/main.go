@@ -2,7 +2,7 @@
 // port, for demos and manual tests of a gateway. It runs no model: see package
 // github.com/agentserve/sessionaffinity/examples/fakevllm for the cache and latency model.
 //
-//	go run -C examples ./cmd/fakevllm -addr 127.0.0.1:8001 -id b1 -time-scale 0.1
+//	go run -C examples ./cmd/fake-vllm -addr 127.0.0.1:8001 -id b1 -time-scale 0.1
 //
 // It shuts down gracefully on SIGINT or SIGTERM (in-flight requests get -shutdown-timeout
 // to finish).

@@ -1,7 +1,7 @@
 // Command gateway runs the example session-affinity gateway in front of
 // OpenAI-compatible inference servers.
 //
-//	go run -C examples ./cmd/gateway -config configs/gateway.yaml
+//	go run -C examples ./cmd/affinity-gateway -config configs/gateway.yaml
 //
 // It shuts down gracefully on SIGINT or SIGTERM. See package gateway for the routing,
 // health and configuration details.

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil { // the client went away
+		return
+	}
+	if st := routeFrom(r.Context()); st != nil {
+		b, hit := st.current()
+		w.Header().Set(HeaderBackend, b.id)
+		w.Header().Set(HeaderAffinityHit, strconv.FormatBool(hit))
+		g.log.Warn("backend request failed", "backend", b.id, "err", err)
+		writeError(w, http.StatusBadGateway, "backend_unavailable", fmt.Sprintf("backend %q: %v", b.id, err))
+		return
+	}
+	writeError(w, http.StatusBadGateway, "backend_unavailable", err.Error())
+}
+
+// classify maps a routing error to an HTTP status and an error code.
+func classify(err error) (int, string) {
+	switch {
+	case errors.Is(err, affinity.ErrSessionIDTooLong):
+		return http.StatusBadRequest, "session_id_too_long"
+	case errors.Is(err, affinity.ErrEmptySessionID):
+		return http.StatusBadRequest, "missing_session_id"
+	case errors.Is(err, affinity.ErrTierTooLong):
+		return http.StatusBadRequest, "tier_too_long"
+	case errors.Is(err, affinity.ErrNoEligibleBackend), errors.Is(err, affinity.ErrNoCandidates):
+		return http.StatusServiceUnavailable, "no_backend_available"
+	default:
+		return http.StatusInternalServerError, "routing_error"
+	}
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+// writeError writes an OpenAI-style JSON error: {"error":{"message","type","code"}}.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	writeJSON(w, status, errorBody{Error: errorDetail{Message: msg, Type: typ, Code: code}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}
+
+func randomKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// truncate shortens s to at most n bytes (plus "...") for error messages that echo
+// client input.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

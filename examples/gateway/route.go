@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
+)
+
+// ServeHTTP serves /metrics and /healthz itself and proxies everything else.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/metrics":
+		g.metrics.ServeHTTP(w, r)
+		return
+	case "/healthz":
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", g.cfg.MaxBodyBytes))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
+		return
+	}
+
+	model, err := parseModel(r, body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		return
+	}
+	session := g.sessionID(r)
+	tier, err := g.tier(r, model)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
+		return
+	}
+	st := &route{session: session, tier: tier, in: r}
+	if session == "" {
+		if g.cfg.RequireSession {
+			writeError(w, http.StatusBadRequest, "missing_session_id",
+				"missing session ID: send one of the headers "+strings.Join(g.cfg.SessionHeaders, ", "))
+			return
+		}
+		st.key = r.Header.Get(HeaderRequestID)
+		if st.key == "" {
+			st.key = randomKey()
+		}
+	}
+	b, hit, err := g.choose(st)
+	if err != nil {
+		status, code := classify(err)
+		writeError(w, status, code, err.Error())
+		return
+	}
+	st.backend, st.hit = b, hit
+
+	out := r.WithContext(context.WithValue(r.Context(), routeKey{}, st))
+	out.TransferEncoding = nil
+	out.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		out.Body, out.GetBody = http.NoBody, nil
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	g.proxy.ServeHTTP(w, out)
+}
+
+// route is the per-request routing state shared by Rewrite, the retry transport,
+// ModifyResponse and ErrorHandler through the request context.
+type route struct {
+	session string
+	tier    string
+	key     string // HRW key for requests without a session
+	in      *http.Request
+
+	mu      sync.Mutex
+	backend *backend
+	hit     bool
+	retried bool
+}
+
+func (st *route) current() (*backend, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.backend, st.hit
+}
+
+type routeKey struct{}
+
+func routeFrom(ctx context.Context) *route {
+	st, _ := ctx.Value(routeKey{}).(*route)
+	return st
+}
+
+// choose picks the backend: the scheduler for requests with a session, a one-off
+// HRW pick over the request key (nothing stored) otherwise.
+func (g *Gateway) choose(st *route) (*backend, bool, error) {
+	if st.session != "" {
+		ab, hit, err := g.sched.SelectBackend(st.session, st.tier, g.byTier[st.tier])
+		if err != nil {
+			return nil, false, err
+		}
+		return g.byID[ab.ID()], hit, nil
+	}
+	nodes := g.tierNodes[st.tier]
+	hs := g.sched.Health()
+	var best hrw.Best
+	for _, want := range []health.State{health.Healthy, health.Draining} {
+		best.Reset(hrw.KeyHash(st.key))
+		for i, b := range nodes {
+			if hs.State(b.id) == want {
+				best.Offer(i, &b.node)
+			}
+		}
+		if i := best.Index(); i >= 0 {
+			return nodes[i], false, nil
+		}
+	}
+	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
+}
+
+func (g *Gateway) sessionID(r *http.Request) string {
+	for _, h := range g.cfg.SessionHeaders {
+		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func (g *Gateway) tier(r *http.Request, model string) (string, error) {
+	if v := r.Header.Get(g.cfg.TierHeader); v != "" {
+		v = strings.TrimSpace(v)
+		if !g.knownTiers[v] {
+			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), g.cfg.TierHeader)
+		}
+		return v, nil
+	}
+	return g.cfg.ModelTiers[model], nil
+}
+
+// parseModel extracts the "model" of a JSON request body. The body of a POST request
+// must be a JSON object (an empty body is not one) when its Content-Type is JSON, or
+// when its path is a JSON endpoint (isJSONEndpoint) and it is not multipart, or when its
+// Content-Type is absent and it has a body; other requests are not inspected.
+func parseModel(r *http.Request, body []byte) (string, error) {
+	if r.Method != http.MethodPost {
+		return "", nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		isJSON := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+		if !isJSON && (strings.HasPrefix(mt, "multipart/") || !isJSONEndpoint(r.URL.Path)) {
+			return "", nil
+		}
+	} else if len(body) == 0 && !isJSONEndpoint(r.URL.Path) {
+		return "", nil // a bodiless POST that claims no type
+	}
+	if len(body) == 0 {
+		return "", errors.New("malformed JSON request body: empty body")
+	}
+	var req struct {
+		Model json.RawMessage `json:"model"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return "", fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", te.Value)
+		}
+		return "", fmt.Errorf("malformed JSON request body: %v", err)
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' { // null decodes without error
+		return "", errors.New("malformed JSON request body: must be a JSON object, got null")
+	}
+	if len(req.Model) == 0 || string(req.Model) == "null" {
+		return "", nil
+	}
+	var model string
+	if err := json.Unmarshal(req.Model, &model); err != nil {
+		return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", req.Model)
+	}
+	return model, nil
+}
+
+// isJSONEndpoint reports whether path is one of the OpenAI-compatible POST endpoints
+// whose body is JSON whatever Content-Type the client sent (curl -d sends
+// application/x-www-form-urlencoded).
+func isJSONEndpoint(path string) bool {
+	for _, e := range [...]string{"/chat/completions", "/completions", "/embeddings", "/responses"} {
+		if strings.HasSuffix(path, e) {
+			return true
+		}
+	}
+	return false
+}
