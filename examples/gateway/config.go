@@ -40,6 +40,7 @@ var (
 	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a finite number > 0
 	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a finite number > 0
+	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a finite number > 0
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -56,6 +57,8 @@ const (
 	DefaultPassiveRecheckSeconds = 5.0
 	// DefaultSweepSeconds is how often expired bindings are reclaimed.
 	DefaultSweepSeconds = 60.0
+	// DefaultDrainSeconds is how long a graceful shutdown waits for in-flight requests.
+	DefaultDrainSeconds = 10.0
 )
 
 // DefaultSessionHeaders returns the session-ID headers checked, in this order, when
@@ -115,6 +118,15 @@ type Config struct {
 	// come back and no new session arrives. 0 means 60 s; negative, NaN or Inf is
 	// [ErrSweepInterval].
 	SweepSeconds float64 `yaml:"sweep_seconds"`
+	// DrainSeconds bounds the graceful shutdown of [Gateway.Serve]: in-flight requests get
+	// this long to finish before their connections are closed, in seconds. 0 means 10 s;
+	// negative, NaN or Inf is [ErrDrainTimeout]. Reloadable.
+	DrainSeconds float64 `yaml:"drain_seconds"`
+	// BindingSnapshot is a file path: [Gateway.Serve] saves the binding table there on
+	// shutdown and loads it on start, so a restart keeps every session on its backend
+	// (format: affinity.SnapshotMagic, see affinity.Table.Snapshot). "" turns it off.
+	// Not needed with a shared (Redis) binding store.
+	BindingSnapshot string `yaml:"binding_snapshot"`
 }
 
 // BackendConfig is one inference server.
@@ -215,6 +227,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Health.PassiveRecheckSeconds == 0 {
 		c.Health.PassiveRecheckSeconds = DefaultPassiveRecheckSeconds
+	}
+	if c.DrainSeconds == 0 {
+		c.DrainSeconds = DefaultDrainSeconds
 	}
 	return c
 }
@@ -331,6 +346,9 @@ func (c Config) Validate() error {
 	}
 	if v := c.SweepSeconds; !(v > 0) || math.IsInf(v, 0) {
 		return invalid(ErrSweepInterval, "sweep_seconds: %v: must be > 0", v)
+	}
+	if v := c.DrainSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrDrainTimeout, "drain_seconds: %v: must be > 0", v)
 	}
 	return nil
 }

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,27 +51,24 @@ type Metadata struct {
 // [Gateway.Run] (or serve with [Gateway.Serve] / [Gateway.ListenAndServe]); release
 // idle connections with [Gateway.Close]. Safe for concurrent use.
 type Gateway struct {
-	cfg        Config
-	log        *slog.Logger
-	sched      *affinity.Scheduler
-	reg        *prometheus.Registry
-	metrics    http.Handler
-	proxy      *httputil.ReverseProxy
-	base       http.RoundTripper
-	ownedBase  *http.Transport
-	prober     *health.Prober
-	checker    *http.Client
-	retry      bool
-	recheck    <-chan time.Time
-	sweep      <-chan time.Time // nil: a ticker every cfg.SweepSeconds
-	backends   []*backend
-	byID       map[string]*backend
-	byTier     map[string][]affinity.Backend
-	tierNodes  map[string][]*backend
-	knownTiers map[string]bool
+	rt        atomic.Pointer[routing] // config, backends, tiers, Scheduler, prober: see reload.go
+	opts      options
+	log       *slog.Logger
+	rec       *promaffinity.Recorder
+	reg       *prometheus.Registry
+	metrics   http.Handler
+	proxy     *httputil.ReverseProxy
+	base      http.RoundTripper
+	ownedBase *http.Transport
+	checker   *http.Client
+	recheck   <-chan time.Time
+	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
 
 	mu      sync.Mutex
 	passive map[string]bool // backends downed by a connection error, awaiting re-check
+
+	reloadMu sync.Mutex    // serializes Reload
+	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
 
 	closeOnce sync.Once
 }
@@ -98,54 +95,19 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		opt.apply(&o)
 	}
 	g := &Gateway{
-		cfg:        cfg,
-		log:        o.logger,
-		retry:      cfg.retryOnConnectError(),
-		recheck:    o.recheckTicks,
-		sweep:      o.sweepTicks,
-		byID:       make(map[string]*backend, len(cfg.Backends)),
-		byTier:     make(map[string][]affinity.Backend),
-		tierNodes:  make(map[string][]*backend),
-		knownTiers: map[string]bool{"": true},
-		passive:    make(map[string]bool),
+		opts:     o,
+		log:      o.logger,
+		recheck:  o.recheckTicks,
+		sweep:    o.sweepTicks,
+		passive:  make(map[string]bool),
+		reloaded: make(chan struct{}, 1),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
-	for _, bc := range cfg.Backends {
-		u, _ := url.Parse(bc.URL) // validated
-		ab, err := affinity.NewBackend(bc.ID, bc.URL, bc.Weight)
-		if err != nil {
-			return nil, invalidFrom(ErrBackendWeight, fmt.Sprintf("backends: %q", bc.ID), err, affinity.ErrInvalidBackend)
-		}
-		b := &backend{id: bc.ID, url: u, ab: ab, node: ab.Node(), tier: bc.Tier}
-		g.backends = append(g.backends, b)
-		g.byID[b.id] = b
-		g.knownTiers[bc.Tier] = true
-	}
-	for _, t := range cfg.ModelTiers {
-		g.knownTiers[t] = true
-	}
-	for t := range cfg.Affinity.Tiers {
-		g.knownTiers[t] = true
-	}
-	for t := range g.knownTiers {
-		var abs []affinity.Backend
-		var nodes []*backend
-		for _, b := range g.backends {
-			if b.tier == t {
-				abs = append(abs, b.ab)
-				nodes = append(nodes, b)
-			}
-		}
-		if len(abs) == 0 { // a tier without dedicated backends uses all of them
-			for _, b := range g.backends {
-				abs = append(abs, b.ab)
-				nodes = append(nodes, b)
-			}
-		}
-		g.byTier[t] = abs
-		g.tierNodes[t] = nodes
+	rt, err := newRouting(cfg)
+	if err != nil {
+		return nil, err
 	}
 
 	g.reg = o.registry
@@ -153,16 +115,14 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.reg = prometheus.NewRegistry()
 		g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	rec, err := promaffinity.New(g.reg)
+	g.rec, err = promaffinity.New(g.reg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: prometheus recorder: %w", err)
 	}
-	schedOpts := append([]affinity.Option{affinity.WithRecorder(rec), affinity.WithLogger(g.log)}, o.schedOpts...)
-	g.sched, err = affinity.New(cfg.Affinity, schedOpts...)
-	if err != nil {
-		return nil, invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
+	if rt.sched, err = g.newScheduler(cfg.Affinity); err != nil {
+		return nil, err
 	}
-	rec.ObserveBindings(g.sched.Len)
+	g.rec.ObserveBindings(func() int { return g.state().sched.Len() })
 	g.metrics = promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
 
 	g.base = o.transport
@@ -178,23 +138,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	g.checker = &http.Client{Transport: g.base, Timeout: time.Duration(timeout * float64(time.Second))}
 
-	if cfg.Health.Enabled {
-		targets := make([]health.Target, len(g.backends))
-		for i, b := range g.backends {
-			targets[i] = health.Target{ID: b.id, URL: strings.TrimSuffix(b.url.String(), "/")}
-		}
-		popts := []health.ProberOption{
-			health.WithObserver(g.sched.OnHealthChange),
-			health.WithHTTPClient(&http.Client{Transport: g.base}),
-		}
-		if o.probeTicks != nil {
-			popts = append(popts, health.WithTicks(o.probeTicks))
-		}
-		g.prober, err = health.NewProber(cfg.Health.ProbeConfig, targets, popts...)
-		if err != nil {
-			return nil, invalidFrom(ErrHealthConfig, "health", err, health.ErrInvalidProbeConfig, health.ErrInvalidTarget, health.ErrDuplicateTarget)
-		}
+	if rt.prober, err = g.newProber(rt); err != nil {
+		return nil, err
 	}
+	g.rt.Store(rt)
 
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
@@ -208,10 +155,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 }
 
 // Config returns the effective configuration (defaults applied).
-func (g *Gateway) Config() Config { return g.cfg }
+func (g *Gateway) Config() Config { return g.state().cfg }
 
-// Scheduler returns the gateway's scheduler (for inspection and embedding).
-func (g *Gateway) Scheduler() *affinity.Scheduler { return g.sched }
+// Scheduler returns the gateway's current scheduler (for inspection and embedding). A
+// [Gateway.Reload] that changes the affinity section replaces it.
+func (g *Gateway) Scheduler() *affinity.Scheduler { return g.state().sched }
 
 // Registry returns the Prometheus registry /metrics serves.
 func (g *Gateway) Registry() *prometheus.Registry { return g.reg }

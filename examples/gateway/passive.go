@@ -35,7 +35,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	failed, _ := st.current()
 	g.markPassiveDown(failed.id, err)
-	if !g.retry {
+	if !st.rt.cfg.retryOnConnectError() {
 		return nil, err
 	}
 	st.mu.Lock()
@@ -46,7 +46,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st.retried = true
 	st.mu.Unlock()
 
-	next, hit, serr := g.choose(st)
+	next, hit, serr := st.choose()
 	if serr != nil || next.id == failed.id {
 		g.log.Warn("no backend to retry on", "failed", failed.id, "err", serr)
 		return nil, err
@@ -107,7 +107,7 @@ func IsConnectError(err error) bool {
 }
 
 func (g *Gateway) markPassiveDown(id string, err error) {
-	n := g.sched.OnBackendDown(id)
+	n := g.state().sched.OnBackendDown(id)
 	g.mu.Lock()
 	first := !g.passive[id]
 	g.passive[id] = true
@@ -124,7 +124,7 @@ func (g *Gateway) PassivelyDown() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var ids []string
-	for _, b := range g.backends {
+	for _, b := range g.state().backends {
 		if g.passive[b.id] {
 			ids = append(ids, b.id)
 		}
@@ -140,17 +140,21 @@ func (g *Gateway) PassivelyDown() []string {
 func (g *Gateway) RecheckPassive(ctx context.Context) []string {
 	var up []string
 	for _, id := range g.PassivelyDown() {
-		b := g.byID[id]
-		if g.prober != nil && g.prober.State(id) == health.Down {
+		rt := g.state()
+		b := rt.byID[id]
+		if b == nil { // removed by a reload since
 			continue
 		}
-		if !g.checkHealth(ctx, b) {
+		if rt.prober != nil && rt.prober.State(id) == health.Down {
+			continue
+		}
+		if !rt.checkHealth(ctx, g.checker, b) {
 			continue
 		}
 		g.mu.Lock()
 		delete(g.passive, id)
 		g.mu.Unlock()
-		g.sched.OnBackendUp(id)
+		rt.sched.OnBackendUp(id)
 		g.log.Info("backend back after passive re-check", "backend", id)
 		up = append(up, id)
 	}
@@ -161,17 +165,17 @@ func (g *Gateway) RecheckPassive(ctx context.Context) []string {
 // applies the resulting transitions to the scheduler before it returns. It is a no-op
 // when health.enabled is false. [Gateway.Run] does this every interval on its own.
 func (g *Gateway) ProbeOnce(ctx context.Context) {
-	if g.prober != nil {
-		g.prober.ProbeOnce(ctx)
+	if p := g.state().prober; p != nil {
+		p.ProbeOnce(ctx)
 	}
 }
 
-func (g *Gateway) checkHealth(ctx context.Context, b *backend) bool {
+func (rt *routing) checkHealth(ctx context.Context, client *http.Client, b *backend) bool {
 	u := *b.url
-	u.Path = strings.TrimSuffix(u.Path, "/") + g.cfg.Health.Path
-	return health.Check(ctx, g.checker, u.String())
+	u.Path = strings.TrimSuffix(u.Path, "/") + rt.cfg.Health.Path
+	return health.Check(ctx, client, u.String())
 }
 
-func (g *Gateway) recheckLoop(ctx context.Context) {
-	every(ctx, g.recheck, g.cfg.Health.PassiveRecheckSeconds, func() { g.RecheckPassive(ctx) })
+func (g *Gateway) recheckLoop(ctx context.Context, rt *routing) {
+	every(ctx, g.recheck, rt.cfg.Health.PassiveRecheckSeconds, func() { g.RecheckPassive(ctx) })
 }

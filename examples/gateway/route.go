@@ -28,12 +28,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	rt := g.state()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rt.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", g.cfg.MaxBodyBytes))
+				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", rt.cfg.MaxBodyBytes))
 			return
 		}
 		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
@@ -45,17 +46,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 		return
 	}
-	session := g.sessionID(r)
-	tier, err := g.tier(r, model)
+	session := rt.sessionID(r)
+	tier, err := rt.tier(r, model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	st := &route{session: session, tier: tier, in: r}
+	st := &route{rt: rt, session: session, tier: tier, in: r}
 	if session == "" {
-		if g.cfg.RequireSession {
+		if rt.cfg.RequireSession {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
-				"missing session ID: send one of the headers "+strings.Join(g.cfg.SessionHeaders, ", "))
+				"missing session ID: send one of the headers "+strings.Join(rt.cfg.SessionHeaders, ", "))
 			return
 		}
 		st.key = r.Header.Get(HeaderRequestID)
@@ -63,7 +64,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.key = randomKey()
 		}
 	}
-	b, hit, err := g.choose(st)
+	b, hit, err := st.choose()
 	if err != nil {
 		status, code := classify(err)
 		writeError(w, status, code, err.Error())
@@ -86,6 +87,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // route is the per-request routing state shared by Rewrite, the retry transport,
 // ModifyResponse and ErrorHandler through the request context.
 type route struct {
+	rt      *routing // the routing snapshot this request uses throughout
 	session string
 	tier    string
 	key     string // HRW key for requests without a session
@@ -110,18 +112,20 @@ func routeFrom(ctx context.Context) *route {
 	return st
 }
 
-// choose picks the backend: the scheduler for requests with a session, a one-off
-// HRW pick over the request key (nothing stored) otherwise.
-func (g *Gateway) choose(st *route) (*backend, bool, error) {
+// choose picks the backend from the request's routing snapshot: the scheduler for
+// requests with a session, a one-off HRW pick over the request key (nothing stored)
+// otherwise.
+func (st *route) choose() (*backend, bool, error) {
+	rt := st.rt
 	if st.session != "" {
-		ab, hit, err := g.sched.SelectBackend(st.session, st.tier, g.byTier[st.tier])
+		ab, hit, err := rt.sched.SelectBackend(st.session, st.tier, rt.byTier[st.tier])
 		if err != nil {
 			return nil, false, err
 		}
-		return g.byID[ab.ID()], hit, nil
+		return rt.byID[ab.ID()], hit, nil
 	}
-	nodes := g.tierNodes[st.tier]
-	hs := g.sched.Health()
+	nodes := rt.tierNodes[st.tier]
+	hs := rt.sched.Health()
 	var best hrw.Best
 	for _, want := range []health.State{health.Healthy, health.Draining} {
 		best.Reset(hrw.KeyHash(st.key))
@@ -137,8 +141,8 @@ func (g *Gateway) choose(st *route) (*backend, bool, error) {
 	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
 }
 
-func (g *Gateway) sessionID(r *http.Request) string {
-	for _, h := range g.cfg.SessionHeaders {
+func (rt *routing) sessionID(r *http.Request) string {
+	for _, h := range rt.cfg.SessionHeaders {
 		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
 			return v
 		}
@@ -146,15 +150,15 @@ func (g *Gateway) sessionID(r *http.Request) string {
 	return ""
 }
 
-func (g *Gateway) tier(r *http.Request, model string) (string, error) {
-	if v := r.Header.Get(g.cfg.TierHeader); v != "" {
+func (rt *routing) tier(r *http.Request, model string) (string, error) {
+	if v := r.Header.Get(rt.cfg.TierHeader); v != "" {
 		v = strings.TrimSpace(v)
-		if !g.knownTiers[v] {
-			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), g.cfg.TierHeader)
+		if !rt.knownTiers[v] {
+			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), rt.cfg.TierHeader)
 		}
 		return v, nil
 	}
-	return g.cfg.ModelTiers[model], nil
+	return rt.cfg.ModelTiers[model], nil
 }
 
 // parseModel extracts the "model" of a JSON request body. The body of a POST request

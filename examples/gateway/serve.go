@@ -13,28 +13,41 @@ import (
 // Run runs the background loops until ctx is done: the active prober (when
 // health.enabled), the passive re-check of backends downed by connection errors, and
 // the periodic reclamation of expired bindings (Scheduler.Sweep every sweep_seconds).
-// It returns nil after ctx is done and every loop has stopped. Call it once, and not
-// at all when using [Gateway.Serve] or [Gateway.ListenAndServe], which call it.
+// After a [Gateway.Reload] it stops the loops and starts them again on the new state
+// (new intervals, new prober). It returns nil after ctx is done and every loop has
+// stopped. Call it once, and not at all when using [Gateway.Serve] or
+// [Gateway.ListenAndServe], which call it.
 func (g *Gateway) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	if g.prober != nil {
-		wg.Go(func() {
-			if err := g.prober.Run(ctx); err != nil && ctx.Err() == nil {
-				g.log.Error("health prober stopped", "err", err)
-			}
-		})
+	for {
+		rt := g.state()
+		lctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		if rt.prober != nil {
+			wg.Go(func() {
+				if err := rt.prober.Run(lctx); err != nil && lctx.Err() == nil {
+					g.log.Error("health prober stopped", "err", err)
+				}
+			})
+		}
+		wg.Go(func() { g.recheckLoop(lctx, rt) })
+		wg.Go(func() { g.sweepLoop(lctx, rt) })
+		select {
+		case <-ctx.Done():
+		case <-g.reloaded:
+		}
+		cancel()
+		wg.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
-	wg.Go(func() { g.recheckLoop(ctx) })
-	wg.Go(func() { g.sweepLoop(ctx) })
-	wg.Wait()
-	return nil
 }
 
 // sweepLoop reclaims expired bindings every sweep_seconds until ctx is done, so that
 // the table shrinks even when traffic stops (inserts only reclaim a few at a time).
-func (g *Gateway) sweepLoop(ctx context.Context) {
-	every(ctx, g.sweep, g.cfg.SweepSeconds, func() {
-		if n := g.sched.Sweep(); n > 0 {
+func (g *Gateway) sweepLoop(ctx context.Context, rt *routing) {
+	every(ctx, g.sweep, rt.cfg.SweepSeconds, func() {
+		if n := g.state().sched.Sweep(); n > 0 {
 			g.log.Debug("reclaimed expired bindings", "count", n)
 		}
 	})
@@ -59,9 +72,21 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 }
 
 // Serve serves HTTP on ln and runs [Gateway.Run] until ctx is done, then shuts the
-// server down gracefully (in-flight requests get up to 10 s) and closes idle
-// backend connections. It returns nil after a clean shutdown.
+// server down gracefully: it stops accepting, lets in-flight requests finish for up to
+// drain_seconds (default 10 s; then the remaining connections are closed), closes idle
+// backend connections and, when binding_snapshot is set, saves the bindings there
+// ([Gateway.SaveBindings]). Before serving it loads that file if it exists
+// ([Gateway.LoadBindings]; a missing file is not an error, a damaged one is logged and
+// ignored: the gateway starts with an empty table rather than not at all). It returns nil
+// after a clean shutdown, or the error of saving the snapshot.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	if path := g.state().cfg.BindingSnapshot; path != "" {
+		if n, err := g.LoadBindings(path); err != nil {
+			g.log.Error("binding snapshot not loaded; starting with an empty table", "path", path, "err", err)
+		} else if n >= 0 {
+			g.log.Info("binding snapshot loaded", "path", path, "bindings", n)
+		}
+	}
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,8 +98,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err = <-errc: // listener failed
 	case <-ctx.Done():
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		drain := time.Duration(g.state().cfg.DrainSeconds * float64(time.Second))
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 		if serr := srv.Shutdown(sctx); serr != nil {
+			g.log.Warn("drain timeout: closing the remaining connections", "drain_seconds", g.state().cfg.DrainSeconds)
 			_ = srv.Close()
 		}
 		scancel()
@@ -85,14 +112,23 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	cancel()
 	wg.Wait()
 	g.Close()
+	if path := g.state().cfg.BindingSnapshot; path != "" {
+		n, serr := g.SaveBindings(path)
+		if serr != nil {
+			g.log.Error("binding snapshot not saved", "path", path, "err", serr)
+			return errors.Join(err, serr)
+		}
+		g.log.Info("binding snapshot saved", "path", path, "bindings", n)
+	}
 	return err
 }
 
 // ListenAndServe listens on the configured address and calls [Gateway.Serve].
 func (g *Gateway) ListenAndServe(ctx context.Context) error {
-	ln, err := net.Listen("tcp", g.cfg.Listen)
+	addr := g.state().cfg.Listen
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("gateway: listen %s: %w", g.cfg.Listen, err)
+		return fmt.Errorf("gateway: listen %s: %w", addr, err)
 	}
 	return g.Serve(ctx, ln)
 }

@@ -3,8 +3,11 @@
 //
 //	go run -C examples ./cmd/affinity-gateway -config configs/gateway.yaml
 //
-// It shuts down gracefully on SIGINT or SIGTERM. See package gateway for the routing,
-// health and configuration details.
+// It shuts down gracefully on SIGINT or SIGTERM (in-flight requests get drain_seconds;
+// with binding_snapshot set the bindings are saved for the next start). SIGHUP reloads
+// the configuration file in place (Gateway.Reload); -watch-config 2s also reloads it when
+// it changes. A rejected reload is logged and the previous configuration keeps serving.
+// See package gateway for the routing, health and configuration details.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
@@ -33,6 +37,7 @@ func run(args []string) error {
 	configPath := fs.String("config", "configs/gateway.yaml", "path to the YAML configuration")
 	listen := fs.String("listen", "", "override the configured listen address (host:port)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	watch := fs.Duration("watch-config", 0, "poll the config file this often and reload it when it changes (0: only on SIGHUP)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -49,15 +54,37 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
+	override := func(c *gateway.Config) {
+		if *listen != "" {
+			c.Listen = *listen
+		}
 	}
+	override(&cfg)
 	g, err := gateway.New(cfg, gateway.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				logger.Info("SIGHUP: reloading config", "path", *configPath)
+				_ = g.ReloadFile(*configPath, override) // logs the outcome
+			}
+		}
+	}()
+	if *watch > 0 {
+		t := time.NewTicker(*watch)
+		defer t.Stop()
+		go func() { _ = g.WatchConfig(ctx, *configPath, t.C, override) }()
+	}
 	logger.Info("gateway listening", "listen", cfg.Listen, "backends", len(cfg.Backends),
 		"active_health", cfg.Health.Enabled, "session_headers", cfg.SessionHeaders)
 	if err := g.ListenAndServe(ctx); err != nil {

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// ErrReloadNeedsRestart: a [Gateway.Reload] changed a setting that cannot change in
+// place (today only `listen`). The reload is rejected as a whole; the old configuration
+// keeps serving.
+var ErrReloadNeedsRestart = errors.New("gateway: config change needs a restart")
+
+// newScheduler builds a Scheduler for ac with the gateway's recorder, logger and
+// WithSchedulerOptions; extra options come last.
+func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*affinity.Scheduler, error) {
+	opts := append([]affinity.Option{affinity.WithRecorder(g.rec), affinity.WithLogger(g.log)}, g.opts.schedOpts...)
+	s, err := affinity.New(ac, append(opts, extra...)...)
+	if err != nil {
+		return nil, invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
+	}
+	return s, nil
+}
+
+// Reload applies cfg (defaults applied, validated) in place, without dropping a request
+// or a binding that can stay:
+//
+//   - backends, weights, tiers, model_tiers, headers, body cap, retry, drain and
+//     snapshot settings take effect for every request that starts after Reload returns;
+//     requests in flight finish on the state they started with;
+//   - bindings to backends that remain stay where they are (weight changes move no
+//     session: they only steer new ones); a removed backend is drained: new sessions
+//     avoid it at once, and each of its bindings is broken as not_candidate (and rebound
+//     to the HRW winner) when its session returns, or expires with its TTL;
+//   - an affinity change (sticky TTL, per-tier TTLs, max_bindings, max_session_id_bytes)
+//     builds a new Scheduler and copies the bindings over through a binding snapshot
+//     (affinity.Scheduler.Snapshot/Restore): each keeps its backend and its remaining TTL,
+//     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings;
+//   - a health change (or a changed backend set or URL while health.enabled) builds a new
+//     prober that starts from Healthy, and [Gateway.Run] restarts its loops with the new
+//     intervals; backends the old prober held Down are marked up again (the passive
+//     check and the new prober catch them within a round or a request if still down);
+//   - a change of `listen` is rejected with [ErrReloadNeedsRestart].
+//
+// A config that fails validation is rejected (the error wraps [ErrInvalidConfig] and a
+// specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
+// changes unless Reload returns nil. Safe for concurrent use (reloads are serialized).
+// Cost: O(backends x tiers) plus, for an affinity change, O(bindings).
+func (g *Gateway) Reload(cfg Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	old := g.state()
+	if cfg.Listen != old.cfg.Listen {
+		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
+	}
+	rt, err := newRouting(cfg)
+	if err != nil {
+		return err
+	}
+	migrate := !reflect.DeepEqual(cfg.Affinity, old.cfg.Affinity)
+	rt.sched = old.sched
+	if migrate {
+		// The new table shares the health set, so Down marks survive.
+		if rt.sched, err = g.newScheduler(cfg.Affinity, affinity.WithHealth(old.sched.Health())); err != nil {
+			return err
+		}
+	}
+	rt.prober = old.prober
+	newProber := !sameProbing(old, rt)
+	if newProber {
+		if rt.prober, err = g.newProber(rt); err != nil {
+			return err
+		}
+	}
+
+	moved := 0
+	if migrate {
+		if moved, err = copyBindings(old.sched, rt.sched); err != nil {
+			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
+		}
+	}
+	g.rt.Store(rt)
+	if migrate { // bindings made on the old scheduler while the copy ran
+		n, _ := copyBindings(old.sched, rt.sched)
+		moved += n
+	}
+
+	var added, removed []string
+	for _, b := range rt.backends {
+		if old.byID[b.id] == nil {
+			added = append(added, b.id)
+		}
+	}
+	for _, b := range old.backends {
+		if rt.byID[b.id] != nil {
+			if newProber && old.prober != nil && old.prober.State(b.id) != rt.prober.State(b.id) && !g.isPassive(b.id) {
+				rt.sched.OnBackendUp(b.id) // the new prober starts from Healthy
+			}
+			continue
+		}
+		removed = append(removed, b.id)
+		g.mu.Lock()
+		delete(g.passive, b.id)
+		g.mu.Unlock()
+	}
+	select { // restart Run's loops on the new state
+	case g.reloaded <- struct{}{}:
+	default:
+	}
+	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
+		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber)
+	return nil
+}
+
+// sameProbing reports whether the prober of a can serve b unchanged.
+func sameProbing(a, b *routing) bool {
+	if a.cfg.Health.Enabled != b.cfg.Health.Enabled || a.cfg.Health.ProbeConfig != b.cfg.Health.ProbeConfig {
+		return false
+	}
+	return !b.cfg.Health.Enabled || slices.EqualFunc(a.backends, b.backends, func(x, y *backend) bool {
+		return x.id == y.id && x.url.String() == y.url.String()
+	})
+}
+
+func (g *Gateway) isPassive(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.passive[id]
+}
+
+// copyBindings copies every valid binding of from into to (keys to already has are kept).
+func copyBindings(from, to *affinity.Scheduler) (int, error) {
+	var buf bytes.Buffer
+	if _, err := from.Snapshot(&buf); err != nil {
+		return 0, err
+	}
+	return to.Restore(&buf)
+}
+
+// ReloadFile loads the YAML file at path ([LoadConfig]), applies override to it (nil:
+// none; the command uses it for its -listen flag) and calls [Gateway.Reload]. On success
+// it logs "config reloaded"; on failure it logs "config reload rejected" with the error
+// at level Error and returns the error — the old configuration keeps serving.
+func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
+	cfg, err := LoadConfig(path)
+	if err == nil {
+		if override != nil {
+			override(&cfg)
+		}
+		err = g.Reload(cfg)
+	}
+	if err != nil {
+		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "err", err)
+	}
+	return err
+}
+
+// WatchConfig polls the file at path on every tick (the caller owns the ticker, e.g.
+// time.NewTicker(2*time.Second).C) and calls [Gateway.ReloadFile] when its modification
+// time or size changed since the last look (the first look only records them). A file
+// that cannot be stat'ed is skipped until it can. It returns nil when ctx is done or
+// ticks is closed. No new dependency (no inotify): a change is seen within one tick.
+func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan time.Time, override func(*Config)) error {
+	stamp := func() (time.Time, int64, bool) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return time.Time{}, 0, false
+		}
+		return fi.ModTime(), fi.Size(), true
+	}
+	mod, size, _ := stamp()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-ticks:
+			if !ok {
+				return nil
+			}
+		}
+		m, s, ok := stamp()
+		if !ok || (m.Equal(mod) && s == size) {
+			continue
+		}
+		mod, size = m, s
+		_ = g.ReloadFile(path, override) // logged
+	}
+}
+
+// SaveBindings writes the current bindings to path in the affinity snapshot format
+// (affinity.Table.Snapshot), atomically: to a temporary file in the same directory,
+// synced, then renamed over path, so a crash never leaves half a snapshot. It returns how
+// many bindings it wrote. Safe for concurrent use; call it after the last request for an
+// exact copy ([Gateway.Serve] does when binding_snapshot is set).
+func (g *Gateway) SaveBindings(path string) (int, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return 0, fmt.Errorf("gateway: save bindings: %w", err)
+	}
+	n, err := g.state().sched.Snapshot(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return 0, fmt.Errorf("gateway: save bindings: %w", err)
+	}
+	return n, nil
+}
+
+// LoadBindings restores the bindings saved by [Gateway.SaveBindings] at path and returns
+// how many it stored (see affinity.Table.Restore: remaining TTL kept minus the time since
+// the save, expired ones dropped, bindings to backends no longer configured break as
+// not_candidate when their session returns). A missing file returns -1 and nil. A
+// damaged file returns an error wrapping affinity.ErrCorruptSnapshot or
+// affinity.ErrSnapshotVersion and stores nothing.
+func (g *Gateway) LoadBindings(path string) (int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("gateway: load bindings: %w", err)
+	}
+	defer f.Close()
+	n, err := g.state().sched.Restore(f)
+	if err != nil {
+		return 0, fmt.Errorf("gateway: load bindings %s: %w", path, err)
+	}
+	return n, nil
+}

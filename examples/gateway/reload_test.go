@@ -1,0 +1,423 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// jsonBackends starts n test backends answering every request with a small JSON object.
+func jsonBackends(t *testing.T, n int) []string {
+	t.Helper()
+	urls := make([]string, n)
+	for i := range urls {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"id":"cmpl","choices":[]}`))
+		}))
+		t.Cleanup(srv.Close)
+		urls[i] = srv.URL
+	}
+	return urls
+}
+
+// yamlConfig renders a config with the given backends (id -> url, weight) and extra YAML.
+func yamlConfig(t *testing.T, urls []string, ids []string, weights []float64, extra string) gateway.Config {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("listen: 127.0.0.1:0\nbackends:\n")
+	for i, id := range ids {
+		fmt.Fprintf(&b, "  - {id: %s, url: %q, weight: %v}\n", id, urls[i], weights[i])
+	}
+	b.WriteString(extra)
+	cfg, err := gateway.ParseConfig([]byte(b.String()))
+	require.NoError(t, err, b.String())
+	return cfg
+}
+
+func send(t testing.TB, h http.Handler, session string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("Content-Type", "application/json")
+	if session != "" {
+		req.Header.Set("X-Session-ID", session)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// A load run across 10 reloads (scale-out, weight changes, a TTL change that rebuilds the
+// Scheduler, health settings, scale-in of the added backend): no request fails, and no
+// session moves unless its backend was removed.
+func TestReloadUnderLoad(t *testing.T) {
+	urls := jsonBackends(t, 4)
+	ids := []string{"b0", "b1", "b2", "b3"}
+	cfgs := []gateway.Config{
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 1, 1, 1}, ""),                                      // scale out
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 2, 1, 3}, ""),                                      // weights
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 2, 1, 3}, "affinity: {sticky_ttl_seconds: 900}\n"), // new Scheduler
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 2, 1, 3}, "sweep_seconds: 30\n"),                   // loops restart
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 1, 1, 1}, ""),                                      // weights back
+		yamlConfig(t, urls[:3], ids[:3], []float64{1, 1, 1}, ""),                                         // scale in: b3 drains
+		yamlConfig(t, urls[:3], ids[:3], []float64{1, 1, 1}, "max_body_bytes: 1048576\n"),                // a plain setting
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 1, 1, 1}, "affinity: {sticky_ttl_seconds: 600}\n"), // b3 back + TTL
+		yamlConfig(t, urls[:4], ids[:4], []float64{1, 1, 1, 1}, "retry_on_connect_error: false\n"),       // retry off
+		yamlConfig(t, urls[:3], ids[:3], []float64{2, 1, 1}, "affinity: {sticky_ttl_seconds: 600}\n"),    // scale in again
+	}
+	g, err := gateway.New(yamlConfig(t, urls[:3], ids[:3], []float64{1, 1, 1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+
+	var requests, failures, needless atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			where := map[string]string{}
+			for round := 0; ; round++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sessions := []string{fmt.Sprintf("w%d-s%d", w, round%8), fmt.Sprintf("w%d-new%d", w, round)}
+				for _, s := range sessions {
+					req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+					req.Header.Set("X-Session-ID", s)
+					resp, err := client.Do(req)
+					requests.Add(1)
+					if err != nil || resp.StatusCode != http.StatusOK {
+						failures.Add(1)
+						if resp != nil {
+							resp.Body.Close()
+						}
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					got := resp.Header.Get(gateway.HeaderBackend)
+					// b3 is the only backend ever removed: a move away from it is needed.
+					if prev, ok := where[s]; ok && prev != got && prev != "b3" {
+						needless.Add(1)
+						t.Errorf("session %s moved %s -> %s", s, prev, got)
+					}
+					where[s] = got
+				}
+			}
+		})
+	}
+	for i, cfg := range cfgs {
+		target := int64(60 * (i + 1))
+		for requests.Load() < target { // let traffic flow between reloads
+			runtime.Gosched()
+		}
+		require.NoError(t, g.Reload(cfg), "reload %d", i)
+	}
+	for target := requests.Load() + 60; requests.Load() < target; {
+		runtime.Gosched()
+	}
+	close(stop)
+	wg.Wait()
+	assert.Zero(t, failures.Load(), "client errors across reloads")
+	assert.Zero(t, needless.Load(), "needless moves")
+	assert.Greater(t, requests.Load(), int64(600))
+	st := g.Scheduler().Stats()
+	assert.Positive(t, st.Hits, "sessions kept hitting after the Scheduler was rebuilt")
+	assert.Equal(t, 600*time.Second, g.Scheduler().Table().TTL(""))
+}
+
+func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
+	urls := jsonBackends(t, 2)
+	good := yamlConfig(t, urls, []string{"b0", "b1"}, []float64{1, 1}, "")
+	var logs bytes.Buffer
+	g, err := gateway.New(good, gateway.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.Equal(t, http.StatusOK, send(t, g, "s1").Code)
+	before, _ := g.Scheduler().Lookup("s1", "")
+
+	dup := good
+	dup.Backends = append(append([]gateway.BackendConfig(nil), good.Backends...), good.Backends[0])
+	moved := good
+	moved.Listen = "127.0.0.1:1"
+	badTTL := good
+	badTTL.Affinity.StickyTTLSeconds = affinity.TTLSeconds(-5)
+	tests := []struct {
+		name string
+		cfg  gateway.Config
+		want error
+	}{
+		{"duplicate backend", dup, gateway.ErrDuplicateBackend},
+		{"no backends", gateway.Config{Listen: good.Listen}, gateway.ErrNoBackends},
+		{"negative TTL", badTTL, gateway.ErrAffinityConfig},
+		{"listen change", moved, gateway.ErrReloadNeedsRestart},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorIs(t, g.Reload(tt.cfg), tt.want)
+			assert.Equal(t, good, g.Config(), "the old config keeps serving")
+			rec := send(t, g, "s1")
+			require.Equal(t, http.StatusOK, rec.Code)
+			assert.Equal(t, before, rec.Header().Get(gateway.HeaderBackend))
+		})
+	}
+
+	t.Run("file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "gateway.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("backends: []\n"), 0o600))
+		require.ErrorIs(t, g.ReloadFile(path, nil), gateway.ErrNoBackends)
+		assert.Contains(t, logs.String(), "config reload rejected")
+		assert.Contains(t, logs.String(), "backends: at least one backend is required")
+		assert.Equal(t, good, g.Config())
+	})
+}
+
+// A removed backend is drained: new sessions avoid it, and a session bound to it is
+// rebound when it returns, counted once as broken{not_candidate}.
+func TestReloadDrainsRemovedBackend(t *testing.T) {
+	urls := jsonBackends(t, 3)
+	ids := []string{"b0", "b1", "b2"}
+	g, err := gateway.New(yamlConfig(t, urls, ids, []float64{1, 1, 1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	onB2 := map[string]bool{}
+	for i := range 60 {
+		s := fmt.Sprintf("s%d", i)
+		if send(t, g, s).Header().Get(gateway.HeaderBackend) == "b2" {
+			onB2[s] = true
+		}
+	}
+	require.NotEmpty(t, onB2)
+	require.NoError(t, g.Reload(yamlConfig(t, urls[:2], ids[:2], []float64{1, 1}, "")))
+	for i := range 60 {
+		s := fmt.Sprintf("s%d", i)
+		rec := send(t, g, s)
+		require.Equal(t, http.StatusOK, rec.Code)
+		got := rec.Header().Get(gateway.HeaderBackend)
+		require.NotEqual(t, "b2", got)
+		assert.Equal(t, !onB2[s], rec.Header().Get(gateway.HeaderAffinityHit) == "true", s)
+	}
+	for i := range 20 {
+		assert.NotEqual(t, "b2", send(t, g, fmt.Sprintf("new%d", i)).Header().Get(gateway.HeaderBackend))
+	}
+	assert.Equal(t, uint64(len(onB2)), g.Scheduler().Stats().Broken.NotCandidate)
+}
+
+// A TTL change builds a new Scheduler; the bindings keep their backend and their remaining
+// TTL, cut to the new TTL.
+func TestReloadAffinityChangeCopiesBindings(t *testing.T) {
+	urls := jsonBackends(t, 3)
+	ids := []string{"b0", "b1", "b2"}
+	clk := affinitytest.NewClock(time.Unix(1_700_000_000, 0))
+	g, err := gateway.New(yamlConfig(t, urls, ids, []float64{1, 1, 1}, "affinity: {sticky_ttl_seconds: 600}\n"),
+		gateway.WithSchedulerOptions(affinity.WithClock(clk)))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	want := map[string]string{}
+	for i := range 30 {
+		s := fmt.Sprintf("s%d", i)
+		want[s] = send(t, g, s).Header().Get(gateway.HeaderBackend)
+	}
+	old := g.Scheduler()
+	require.NoError(t, g.Reload(yamlConfig(t, urls, ids, []float64{1, 1, 1}, "affinity: {sticky_ttl_seconds: 60}\n")))
+	require.NotSame(t, old, g.Scheduler())
+	require.Equal(t, 30, g.Scheduler().Len())
+	for s, id := range want {
+		got, ok := g.Scheduler().Lookup(s, "")
+		require.True(t, ok, s)
+		assert.Equal(t, id, got, s)
+	}
+	rec := send(t, g, "s3")
+	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit))
+	clk.Advance(61 * time.Second)
+	_, ok := g.Scheduler().Lookup("s4", "")
+	assert.False(t, ok, "the copied binding has the new, shorter TTL")
+}
+
+func TestWatchConfigReloadsOnChange(t *testing.T) {
+	urls := jsonBackends(t, 2)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.yaml")
+	write := func(extra string) {
+		data := fmt.Sprintf("listen: 127.0.0.1:0\nbackends:\n  - {id: b0, url: %q}\n%s", urls[0], extra)
+		require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+	}
+	write("")
+	cfg, err := gateway.LoadConfig(path)
+	require.NoError(t, err)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() { done <- g.WatchConfig(ctx, path, ticks, nil) }()
+	ticks <- time.Time{} // unchanged: nothing happens
+	assert.Len(t, g.Config().Backends, 1)
+	write(fmt.Sprintf("  - {id: b1, url: %q}\n", urls[1]))
+	ticks <- time.Time{}
+	ticks <- time.Time{} // the previous tick's reload has finished
+	assert.Len(t, g.Config().Backends, 2)
+	write("  - {id: b0, url: \"ftp://x\"}\n") // bad: rejected
+	ticks <- time.Time{}
+	ticks <- time.Time{}
+	assert.Len(t, g.Config().Backends, 2, "a bad file keeps the old config")
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// Graceful restart: Serve drains in-flight requests and saves the bindings; the next
+// gateway's Serve loads them, so every session returns to its backend as a hit.
+func TestServeSavesBindingsAndNextStartLoadsThem(t *testing.T) {
+	release := make(chan struct{})
+	var inflight atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Slow") != "" {
+			inflight.Add(1)
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(slow.Close)
+	urls := append(jsonBackends(t, 2), slow.URL)
+	ids := []string{"b0", "b1", "b2"}
+	snap := filepath.Join(t.TempDir(), "bindings.snap")
+	cfg := yamlConfig(t, urls, ids, []float64{1, 1, 1}, "binding_snapshot: "+snap+"\ndrain_seconds: 30\n")
+
+	serve := func(g *gateway.Gateway) (string, context.CancelFunc, chan error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- g.Serve(ctx, ln) }()
+		return "http://" + ln.Addr().String(), cancel, done
+	}
+	post := func(base, session string, slowReq bool) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(`{}`))
+		req.Header.Set("X-Session-ID", session)
+		if slowReq {
+			req.Header.Set("X-Slow", "1")
+		}
+		return http.DefaultClient.Do(req)
+	}
+
+	g1, err := gateway.New(cfg)
+	require.NoError(t, err)
+	base, cancel, done := serve(g1)
+	want := map[string]string{}
+	slowSession := ""
+	for i := range 40 {
+		s := fmt.Sprintf("s%d", i)
+		resp, err := post(base, s, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		want[s] = resp.Header.Get(gateway.HeaderBackend)
+		if want[s] == "b2" && slowSession == "" {
+			slowSession = s
+		}
+	}
+	require.NotEmpty(t, slowSession)
+	// An in-flight request when the shutdown starts finishes with 200.
+	slowDone := make(chan int, 1)
+	go func() {
+		resp, err := post(base, slowSession, true)
+		if err != nil {
+			slowDone <- 0
+			return
+		}
+		resp.Body.Close()
+		slowDone <- resp.StatusCode
+	}()
+	for inflight.Load() == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	// Serve is draining: it has not returned while the request is in flight.
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned while a request was in flight: %v", err)
+	default:
+	}
+	close(release)
+	require.Equal(t, http.StatusOK, <-slowDone)
+	require.NoError(t, <-done)
+	_, err = os.Stat(snap)
+	require.NoError(t, err, "the snapshot was saved")
+
+	g2, err := gateway.New(cfg)
+	require.NoError(t, err)
+	base, cancel, done = serve(g2)
+	t.Cleanup(func() { cancel(); <-done })
+	for s, id := range want {
+		resp, err := post(base, s, false)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, id, resp.Header.Get(gateway.HeaderBackend), s)
+		assert.Equal(t, "true", resp.Header.Get(gateway.HeaderAffinityHit), "session %s is a hit after the restart", s)
+	}
+}
+
+// A damaged snapshot is reported and nothing is loaded; a missing one is not an error.
+func TestLoadBindingsErrors(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	dir := t.TempDir()
+	n, err := g.LoadBindings(filepath.Join(dir, "missing"))
+	require.NoError(t, err)
+	assert.Equal(t, -1, n)
+
+	require.Equal(t, http.StatusOK, send(t, g, "s1").Code)
+	path := filepath.Join(dir, "b.snap")
+	n, err = g.SaveBindings(path)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data[:len(data)-3], 0o600))
+
+	g2, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g2.Close)
+	_, err = g2.LoadBindings(path)
+	require.ErrorIs(t, err, affinity.ErrCorruptSnapshot)
+	assert.Zero(t, g2.Scheduler().Len())
+}
+
+func TestDrainSecondsConfig(t *testing.T) {
+	base := "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n"
+	cfg, err := gateway.ParseConfig([]byte(base))
+	require.NoError(t, err)
+	assert.Equal(t, gateway.DefaultDrainSeconds, cfg.DrainSeconds)
+	for _, bad := range []string{"-1", ".nan", ".inf"} {
+		_, err := gateway.ParseConfig([]byte(base + "drain_seconds: " + bad + "\n"))
+		assert.ErrorIs(t, err, gateway.ErrDrainTimeout, bad)
+	}
+}

@@ -1,0 +1,102 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+// routing is the gateway's routing state: the effective configuration, the backends, the
+// per-tier candidate lists, the Scheduler and the active prober. It is immutable once
+// published: [New] builds the first one, [Gateway.Reload] builds the next and swaps the
+// pointer atomically, and every request reads one snapshot (loaded once in ServeHTTP and
+// carried in its route) from start to finish, without a lock — the grpc-go picker pattern.
+type routing struct {
+	cfg        Config
+	sched      *affinity.Scheduler
+	prober     *health.Prober // nil: health.enabled is false
+	backends   []*backend
+	byID       map[string]*backend
+	byTier     map[string][]affinity.Backend
+	tierNodes  map[string][]*backend
+	knownTiers map[string]bool
+}
+
+// newRouting builds the backend and tier tables of cfg (validated, defaults applied);
+// the caller sets sched and prober.
+func newRouting(cfg Config) (*routing, error) {
+	rt := &routing{
+		cfg:        cfg,
+		byID:       make(map[string]*backend, len(cfg.Backends)),
+		byTier:     make(map[string][]affinity.Backend),
+		tierNodes:  make(map[string][]*backend),
+		knownTiers: map[string]bool{"": true},
+	}
+	for _, bc := range cfg.Backends {
+		u, _ := url.Parse(bc.URL) // validated
+		ab, err := affinity.NewBackend(bc.ID, bc.URL, bc.Weight)
+		if err != nil {
+			return nil, invalidFrom(ErrBackendWeight, fmt.Sprintf("backends: %q", bc.ID), err, affinity.ErrInvalidBackend)
+		}
+		b := &backend{id: bc.ID, url: u, ab: ab, node: ab.Node(), tier: bc.Tier}
+		rt.backends = append(rt.backends, b)
+		rt.byID[b.id] = b
+		rt.knownTiers[bc.Tier] = true
+	}
+	for _, t := range cfg.ModelTiers {
+		rt.knownTiers[t] = true
+	}
+	for t := range cfg.Affinity.Tiers {
+		rt.knownTiers[t] = true
+	}
+	for t := range rt.knownTiers {
+		var abs []affinity.Backend
+		var nodes []*backend
+		for _, b := range rt.backends {
+			if b.tier == t {
+				abs = append(abs, b.ab)
+				nodes = append(nodes, b)
+			}
+		}
+		if len(abs) == 0 { // a tier without dedicated backends uses all of them
+			for _, b := range rt.backends {
+				abs = append(abs, b.ab)
+				nodes = append(nodes, b)
+			}
+		}
+		rt.byTier[t] = abs
+		rt.tierNodes[t] = nodes
+	}
+	return rt, nil
+}
+
+// newProber builds the active prober of rt (nil when health.enabled is false). Its
+// transitions go to whichever Scheduler is current when they happen.
+func (g *Gateway) newProber(rt *routing) (*health.Prober, error) {
+	if !rt.cfg.Health.Enabled {
+		return nil, nil
+	}
+	targets := make([]health.Target, len(rt.backends))
+	for i, b := range rt.backends {
+		targets[i] = health.Target{ID: b.id, URL: strings.TrimSuffix(b.url.String(), "/")}
+	}
+	popts := []health.ProberOption{
+		health.WithObserver(func(tr health.Transition) { g.state().sched.OnHealthChange(tr) }),
+		health.WithHTTPClient(&http.Client{Transport: g.base}),
+	}
+	if g.opts.probeTicks != nil {
+		popts = append(popts, health.WithTicks(g.opts.probeTicks))
+	}
+	p, err := health.NewProber(rt.cfg.Health.ProbeConfig, targets, popts...)
+	if err != nil {
+		return nil, invalidFrom(ErrHealthConfig, "health", err, health.ErrInvalidProbeConfig, health.ErrInvalidTarget, health.ErrDuplicateTarget)
+	}
+	return p, nil
+}
+
+// state returns the current routing snapshot. Lock-free.
+func (g *Gateway) state() *routing { return g.rt.Load() }
