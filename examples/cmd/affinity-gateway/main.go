@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ func run(args []string) error {
 	configPath := fs.String("config", "configs/gateway.yaml", "path to the YAML configuration")
 	listen := fs.String("listen", "", "override the configured listen address (host:port)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until shutdown")
 	watch := fs.Duration("watch-config", 0, "poll the config file this often and reload it when it changes (0: only on SIGHUP)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -63,6 +65,16 @@ func run(args []string) error {
 	g, err := gateway.New(cfg, gateway.WithLogger(logger))
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
