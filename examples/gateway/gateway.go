@@ -67,6 +67,8 @@ type Gateway struct {
 	mu      sync.Mutex
 	passive map[string]bool // backends downed by a connection error, awaiting re-check
 
+	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
+
 	reloadMu sync.Mutex    // serializes Reload
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
 
@@ -130,6 +132,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 256
 		t.MaxIdleConns = 1024
+		t.IdleConnTimeout = 90 * time.Second
+		t.DisableCompression = true // pass the client's Accept-Encoding through, never add gzip
 		g.base, g.ownedBase = t, t
 	}
 	timeout := cfg.Health.TimeoutSeconds
@@ -144,9 +148,13 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g.rt.Store(rt)
 
 	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      &retryTransport{g: g},
-		FlushInterval:  -1, // flush every write: SSE streams pass through unbuffered
+		Rewrite:   g.rewrite,
+		Transport: &retryTransport{g: g},
+		// 0: no periodic flush. ReverseProxy still flushes every write of a streaming
+		// response (text/event-stream, or no Content-Length), so SSE passes through
+		// unbuffered, while a plain JSON response goes out in one write.
+		FlushInterval:  0,
+		BufferPool:     &g.bufs,
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),

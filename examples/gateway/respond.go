@@ -2,7 +2,7 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -29,27 +29,53 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	if !injectable(resp) {
 		return nil
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxInjectBytes+1))
-	if err != nil {
-		return fmt.Errorf("gateway: reading backend response: %w", err)
-	}
-	if len(data) > maxInjectBytes { // too large to rewrite: pass through unchanged
+	pool := &g.bufs
+	in := pool.Get()[:0]
+	data, err := readInto(in, resp.Body, maxInjectBytes)
+	if errors.Is(err, errTooLarge) { // too large to rewrite: pass through unchanged
 		resp.Body = struct {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
 		return nil
 	}
-	_ = resp.Body.Close()
-	meta, _ := json.Marshal(Metadata{Backend: b.id, AffinityHit: hit, Tier: st.tier})
-	if out, ok := InjectMetadata(data, meta); ok {
-		data = out
+	if err != nil {
+		pool.Put(data)
+		return fmt.Errorf("gateway: reading backend response: %w", err)
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(data))
-	resp.ContentLength = int64(len(data))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(data)))
+	_ = resp.Body.Close()
+	out := pool.Get()[:0]
+	if open, ok := jsonObject(data); ok {
+		if _, dup := member(data, open, MetadataKey); !dup {
+			out = appendInjected(out, data, open, b.id, hit, st.tier)
+		}
+	}
+	if len(out) == 0 { // not a JSON object, or already has the key: unchanged
+		out = append(out, data...)
+	}
+	pool.Put(data)
+	pb := &pooledBody{buf: out, pool: pool}
+	pb.r.Reset(out)
+	resp.Body = pb
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil
 	return nil
+}
+
+// appendInjected appends body with `"x_agent_serve":{...},` spliced in right after the
+// object's '{' at body[open] (body must be a valid JSON object without that key).
+func appendInjected(dst, body []byte, open int, backend string, hit bool, tier string) []byte {
+	dst = append(dst, body[:open+1]...)
+	dst = append(dst, `"`+MetadataKey+`":`...)
+	dst = appendMetadata(dst, backend, hit, tier)
+	if rest := body[open+1:]; body[skipWS(body, open+1)] != '}' {
+		dst = append(dst, ',')
+		dst = append(dst, rest...)
+	} else {
+		dst = append(dst, rest...)
+	}
+	return dst
 }
 
 // injectable reports whether resp is a non-streaming, uncompressed JSON response.
@@ -73,31 +99,27 @@ func injectable(resp *http.Response) bool {
 // InjectMetadata inserts `"x_agent_serve": meta` as the first member of the JSON
 // object in body, keeping the rest byte for byte. It returns body unchanged and
 // false when body is not a valid JSON object or already has the key at top level.
-// meta must be valid JSON. Cost: O(len(body)) time; besides the result (one allocation
-// of about len(body)+len(meta) bytes) it decodes the top-level object into a map to check
-// the key, which allocates per top-level member. Safe for concurrent use.
+// meta must be valid JSON. Cost: O(len(body)): one validation pass (json.Valid) and one
+// scan of the top-level keys, no decoding; one allocation (the result, about
+// len(body)+len(meta) bytes). Safe for concurrent use. The gateway itself does the same
+// into pooled buffers.
 func InjectMetadata(body, meta []byte) ([]byte, bool) {
-	trimmed := bytes.TrimLeft(body, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(body) {
+	open, ok := jsonObject(body)
+	if !ok {
 		return body, false
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+	if _, dup := member(body, open, MetadataKey); dup {
 		return body, false
 	}
-	if _, exists := top[MetadataKey]; exists {
-		return body, false
-	}
-	head := len(body) - len(trimmed) + 1 // through the '{'
 	out := make([]byte, 0, len(body)+len(meta)+len(MetadataKey)+4)
-	out = append(out, body[:head]...)
+	out = append(out, body[:open+1]...)
 	out = append(out, '"')
 	out = append(out, MetadataKey...)
 	out = append(out, '"', ':')
 	out = append(out, meta...)
-	if len(top) > 0 {
+	if body[skipWS(body, open+1)] != '}' {
 		out = append(out, ',')
 	}
-	out = append(out, body[head:]...)
+	out = append(out, body[open+1:]...)
 	return out, true
 }

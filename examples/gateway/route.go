@@ -29,7 +29,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rt := g.state()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rt.cfg.MaxBodyBytes))
+	body, err := readRequestBody(w, r, rt.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -180,6 +180,15 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	}
 	if len(body) == 0 {
 		return "", errors.New("malformed JSON request body: empty body")
+	}
+	if open, ok := jsonObject(body); ok { // the fast path: no decoding
+		v, found := member(body, open, "model")
+		switch {
+		case !found || string(v) == "null":
+			return "", nil
+		case len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0:
+			return string(v[1 : len(v)-1]), nil
+		}
 	}
 	var req struct {
 		Model json.RawMessage `json:"model"`
