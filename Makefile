@@ -5,7 +5,7 @@ GO ?= go
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: test fmt-check vet race bench tidy-check
+.PHONY: test fmt-check vet race bench tidy-check peers
 
 ## test: gofmt check, go vet and race-enabled tests in every module.
 test: fmt-check vet race
@@ -28,3 +28,9 @@ bench:
 	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -skip '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done
 	@echo "== go test -bench '$(BIG_BENCH)' (affinity, 1 op each)"
 	@$(GO) test -run '^$$' -bench '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=1x ./affinity/
+
+## peers: the example gateway against HAProxy and nginx (consistent hashing on
+## X-Session-ID) over the same simulators on loopback; installs both with apt-get when
+## missing. Takes a few minutes; not part of `make test` or CI. PEERS_ARGS go to peer-bench.
+peers:
+	@bash bench/peers/run.sh $(PEERS_ARGS)

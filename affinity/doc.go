@@ -83,6 +83,15 @@
 //     OnBackendDown that removed bindings (backend ID and count; its broken bindings are
 //     not logged one by one). Nothing per hit or per miss.
 //   - Error messages quote at most 32 bytes of a session ID or tier.
+//   - Snapshots ([Scheduler.Snapshot], [Scheduler.Restore]): a versioned binary format
+//     ("SAFSNAP1", CRC-32C) of the valid bindings with their remaining TTL. Restore keeps
+//     each binding's backend and its remaining TTL minus the time since the snapshot was
+//     written (wall clock of the Clock), cut to the tier's current TTL; expired ones, a
+//     tier now at TTL 0 and session IDs now too long are dropped; a live binding of the
+//     same key wins; a damaged or truncated input stores nothing (ErrCorruptSnapshot,
+//     ErrSnapshotVersion). Restored into a non-empty table, a binding older than the
+//     newest one of its TTL class in its shard takes that one's lastUse (it may live a
+//     little longer), so that the LRU lists stay sorted.
 //
 // # Time
 //

@@ -34,8 +34,46 @@
 // Non-streaming JSON responses (Content-Type application/json, not compressed, up to
 // 16 MiB) also get a top-level "x_agent_serve" object {backend, affinity_hit, tier}
 // inserted as their first member (see [InjectMetadata]); other responses, in
-// particular text/event-stream, pass through untouched and unbuffered
-// (FlushInterval -1). Errors use the OpenAI shape {"error":{"message","type","code"}}.
+// particular text/event-stream, pass through untouched and unbuffered (ReverseProxy
+// flushes every write of a streaming response). Errors use the OpenAI shape
+// {"error":{"message","type","code"}}.
+//
+// # Cost per request
+//
+// The hot path decodes no JSON: json.Valid checks a body once and a scan of the raw bytes
+// finds the request's "model" and checks the response for an existing "x_agent_serve"
+// key; the metadata is spliced in after the response object's '{' without re-encoding
+// the document. Response bodies are assembled in pooled buffers and the ReverseProxy
+// copies through pooled 32 KiB buffers (httputil.BufferPool); a non-streaming response
+// is written in one piece (no per-write flush). Backend connections are kept alive (256
+// idle per backend). See BenchmarkServeHTTP and the peer comparison in the README.
+//
+// # Reload and restart
+//
+// [Gateway.Reload] (SIGHUP in the command, or [Gateway.WatchConfig]) applies a new
+// configuration in place: the routing state (config, backends, tiers, Scheduler, prober)
+// is an immutable snapshot swapped atomically, each request uses the one it started
+// with, bindings to backends that remain never move, removed backends drain (their
+// bindings break as not_candidate when their sessions return), and a bad config is
+// rejected with a log line while the old one keeps serving. Decisions:
+//
+//   - An affinity change (sticky TTL, per-tier TTLs, caps) builds a new Scheduler and
+//     copies the bindings over through a binding snapshot: backends and remaining TTLs
+//     are kept (cut to a shorter new TTL). A session whose first turn lands in the
+//     instant between the copy and the swap is bound by HRW, which is where a binding
+//     copied a moment later would not override it (a live binding wins).
+//   - A new prober (changed health settings, or backends while health.enabled) starts
+//     from Healthy; backends the old one held Down are marked up again and are caught by
+//     the passive check or the new prober's first failed rounds.
+//   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
+//
+// [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
+// drain_seconds (default 10) to finish, then the rest are closed. With binding_snapshot
+// set, it saves the binding table to that file on shutdown (written to a temporary file
+// and renamed) and loads it on start: remaining TTLs are preserved minus the downtime, and
+// a damaged file is logged and ignored (the gateway starts empty rather than not at all).
+// The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see
+// affinity.Table.Snapshot). With a shared binding store no snapshot is needed.
 //
 // # Health
 //

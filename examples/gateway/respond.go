@@ -78,6 +78,17 @@ func appendInjected(dst, body []byte, open int, backend string, hit bool, tier s
 	return dst
 }
 
+// mediaType is mime.ParseMediaType's media type, without its allocations for the
+// Content-Type values every OpenAI-compatible server sends.
+func mediaType(ct string) (string, error) {
+	switch ct {
+	case "application/json", "application/json; charset=utf-8":
+		return "application/json", nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return mt, err
+}
+
 // injectable reports whether resp is a non-streaming, uncompressed JSON response.
 func injectable(resp *http.Response) bool {
 	if resp.Request != nil && resp.Request.Method == http.MethodHead {
@@ -89,7 +100,7 @@ func injectable(resp *http.Response) bool {
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
 		return false
 	}
-	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mt, err := mediaType(resp.Header.Get("Content-Type"))
 	if err != nil {
 		return false
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -52,7 +51,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	st := &route{rt: rt, session: session, tier: tier, in: r}
+	st := &route{rt: rt, session: session, tier: tier, in: r, body: body}
 	if session == "" {
 		if rt.cfg.RequireSession {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
@@ -92,6 +91,7 @@ type route struct {
 	tier    string
 	key     string // HRW key for requests without a session
 	in      *http.Request
+	body    []byte // the request body, read in full
 
 	mu      sync.Mutex
 	backend *backend
@@ -170,7 +170,7 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 		return "", nil
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
+		mt, err := mediaType(ct)
 		isJSON := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 		if !isJSON && (strings.HasPrefix(mt, "multipart/") || !isJSONEndpoint(r.URL.Path)) {
 			return "", nil

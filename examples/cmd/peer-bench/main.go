@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,10 +53,14 @@ func run() error {
 	gwBin := flag.String("gateway-bin", "", "path to a built affinity-gateway binary (required)")
 	cpuProfile := flag.String("gateway-cpuprofile", "", "write the gateway's CPU profile of the overhead run here")
 	overheadN := flag.Int("overhead-requests", 20000, "requests of the concurrency-32 overhead run")
+	env := flag.String("gateway-env", "", "extra environment for the gateway process, e.g. GOMAXPROCS=1 or GOGC=200")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
 	flag.Parse()
 	if *gwBin == "" {
 		return fmt.Errorf("-gateway-bin is required (see make peers)")
+	}
+	if *env != "" {
+		gatewayEnv = strings.Fields(*env)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -79,21 +84,24 @@ func run() error {
 		}, rewriteNginx},
 	}
 	tab := newTable([]string{"gateway", "haproxy", "nginx"})
-	for _, k := range kinds {
-		for _, sc := range []struct {
-			name string
-			fn   func(context.Context, proxyKind, string, *table) error
-		}{{"steady", steady}, {"failover", failover}, {"scaleout", scaleOut}, {"overhead", func(ctx context.Context, k proxyKind, dir string, tab *table) error {
-			return overhead(ctx, k, dir, tab, *overheadN)
-		}}} {
-			if *only != "" && *only != sc.name {
-				continue
-			}
+	scenarios := []struct {
+		name string
+		fn   func(context.Context, proxyKind, string, *table) error
+	}{{"steady", steady}, {"failover", failover}, {"scaleout", scaleOut}, {"overhead", func(ctx context.Context, k proxyKind, dir string, tab *table) error {
+		return overhead(ctx, k, dir, tab, *overheadN)
+	}}}
+	// Scenario by scenario, every proxy in turn: background load on the machine drifts
+	// over minutes, so the proxies of one row run close together.
+	for _, sc := range scenarios {
+		if *only != "" && *only != sc.name {
+			continue
+		}
+		for _, k := range kinds {
 			dir := filepath.Join(root, k.name+"-"+sc.name)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "== %s: %s\n", k.name, sc.name)
+			fmt.Fprintf(os.Stderr, "== %s: %s\n", sc.name, k.name)
 			if err := sc.fn(ctx, k, dir, tab); err != nil {
 				return fmt.Errorf("%s %s: %w", k.name, sc.name, err)
 			}

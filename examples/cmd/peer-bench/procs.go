@@ -23,6 +23,8 @@ import (
 // the same address.
 type backendSrv struct {
 	id, addr string
+	cfg      fakevllm.Config
+	opts     []fakevllm.Option
 	sim      *fakevllm.Server
 	mu       sync.Mutex
 	srv      *http.Server
@@ -39,7 +41,7 @@ func startBackend(id string, cfg fakevllm.Config, opts ...fakevllm.Option) (*bac
 	if err != nil {
 		return nil, err
 	}
-	b := &backendSrv{id: id, addr: ln.Addr().String(), sim: sim}
+	b := &backendSrv{id: id, addr: ln.Addr().String(), cfg: cfg, opts: opts, sim: sim}
 	b.serve(ln)
 	return b, nil
 }
@@ -67,9 +69,16 @@ func (b *backendSrv) kill() {
 	}
 }
 
-// restart serves again on the same address (retrying while the port is in TIME_WAIT).
+// restart serves again on the same address (retrying while the port is in TIME_WAIT)
+// with a fresh simulator: like a restarted vLLM, its prefix cache is empty.
 func (b *backendSrv) restart() error {
-	var err error
+	sim, err := fakevllm.New(b.cfg, b.opts...)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.sim = sim
+	b.mu.Unlock()
 	for range 50 {
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", b.addr); err == nil {
@@ -101,9 +110,12 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startProc(name, dir string, logf *os.File, bin string, args ...string) (*proc, error) {
+func startProc(name, dir string, logf *os.File, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -198,6 +210,9 @@ func childPIDs(parent int) []int {
 	return out
 }
 
+// gatewayEnv is added to the gateway's environment (-gateway-env).
+var gatewayEnv []string
+
 // clockTicks is USER_HZ: 100 on every Linux this runs on.
 const clockTicks = 100
 
@@ -212,7 +227,7 @@ func startGateway(ctx context.Context, bin, dir string, port int, backends []*ba
 		return nil, err
 	}
 	args := append([]string{"-config", cfgPath, "-log-level", "warn"}, extraArgs...)
-	p, err := startProc("gateway", dir, logf, bin, args...)
+	p, err := startProc("gateway", dir, logf, gatewayEnv, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +263,7 @@ func startHAProxy(ctx context.Context, dir string, port int, backends []*backend
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc("haproxy", dir, logf, "haproxy", "-W", "-db", "-f", cfgPath)
+	p, err := startProc("haproxy", dir, logf, nil, "haproxy", "-W", "-db", "-f", cfgPath)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +316,7 @@ func startNginx(ctx context.Context, dir string, port int, backends []*backendSr
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc("nginx", dir, logf, "nginx", "-p", dir, "-c", cfgPath, "-e", "stderr")
+	p, err := startProc("nginx", dir, logf, nil, "nginx", "-p", dir, "-c", cfgPath, "-e", "stderr")
 	if err != nil {
 		return nil, err
 	}
