@@ -29,12 +29,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/fakevllm"
 )
+
+var showSlow *bool
 
 type proxyKind struct {
 	name    string
@@ -54,6 +57,7 @@ func run() error {
 	cpuProfile := flag.String("gateway-cpuprofile", "", "write the gateway's CPU profile of the overhead run here")
 	overheadN := flag.Int("overhead-requests", 20000, "requests of the concurrency-32 overhead run")
 	env := flag.String("gateway-env", "", "extra environment for the gateway process, e.g. GOMAXPROCS=1 or GOGC=200")
+	showSlow = flag.Bool("show-slow", false, "print the 5 slowest turns after the failover recovery")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
 	flag.Parse()
 	if *gwBin == "" {
@@ -184,6 +188,16 @@ func failover(ctx context.Context, k proxyKind, dir string, tab *table) error {
 		}
 		sum := summarize(res, 0, -1)
 		after := summarize(res, restartedAfter+1, -1)
+		if *showSlow {
+			var all []turnResult
+			for s := range res {
+				all = append(all, res[s][restartedAfter+1:]...)
+			}
+			slices.SortFunc(all, func(a, b turnResult) int { return int(b.lat - a.lat) })
+			for _, r := range all[:5] {
+				fmt.Fprintf(os.Stderr, "  %s slow: s%d t%d %s cached=%d %v\n", k.name, r.session, r.turn, r.backend, r.cached, r.lat)
+			}
+		}
 		affected, cold, movedBack := 0, 0, 0
 		for s := range res {
 			if res[s][4].backend != victim.id {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// until retries fn (which must not block for long) until it reports true or 10 s pass.
+func until(t *testing.T, what string, fn func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		if fn() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// The command reloads its config file on SIGHUP, and on SIGTERM drains and saves the
+// binding table to binding_snapshot.
+func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
+	var urls []string
+	for range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{}`))
+		}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	dir := t.TempDir()
+	cfgPath, snap := filepath.Join(dir, "gateway.yaml"), filepath.Join(dir, "bindings.snap")
+	write := func(id, url string) {
+		cfg := fmt.Sprintf("listen: %s\nbinding_snapshot: %s\nbackends:\n  - {id: %s, url: %q}\n", addr, snap, id, url)
+		require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
+	}
+	write("b0", urls[0])
+
+	done := make(chan error, 1)
+	go func() { done <- run([]string{"-config", cfgPath, "-log-level", "error"}) }()
+	backendOf := func() string {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(`{}`))
+		req.Header.Set("X-Session-ID", "s1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return ""
+		}
+		resp.Body.Close()
+		return resp.Header.Get(gateway.HeaderBackend)
+	}
+	until(t, "the gateway to serve", func() bool { return backendOf() == "b0" })
+
+	write("b1", urls[1])
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	until(t, "the reload to take effect", func() bool { return backendOf() == "b1" })
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	require.NoError(t, <-done)
+	f, err := os.Open(snap)
+	require.NoError(t, err)
+	defer f.Close()
+	s, err := affinity.New(affinity.Config{})
+	require.NoError(t, err)
+	n, err := s.Restore(f)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	id, ok := s.Lookup("s1", "")
+	require.True(t, ok)
+	require.Equal(t, "b1", id)
+}
