@@ -421,3 +421,40 @@ func TestDrainSecondsConfig(t *testing.T) {
 		assert.ErrorIs(t, err, gateway.ErrDrainTimeout, bad)
 	}
 }
+
+// The drain is bounded: a request still running after drain_seconds has its connection
+// closed and Serve returns.
+func TestServeDrainIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(stuck.Close)
+	t.Cleanup(func() { close(release) })
+	g, err := gateway.New(yamlConfig(t, []string{stuck.URL}, []string{"b0"}, []float64{1}, "drain_seconds: 0.05\n"))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	clientErr := make(chan error, 1)
+	go func() {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		clientErr <- err
+	}()
+	<-started
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after drain_seconds")
+	}
+	require.Error(t, <-clientErr, "the request still running after the drain had its connection closed")
+}
