@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
 )
 
 // ErrReloadNeedsRestart: a [Gateway.Reload] changed a setting that cannot change in
@@ -44,7 +45,8 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //   - an affinity change (sticky TTL, per-tier TTLs, max_bindings, max_session_id_bytes)
 //     builds a new Scheduler and copies the bindings over through a binding snapshot
 //     (affinity.Scheduler.Snapshot/Restore): each keeps its backend and its remaining TTL,
-//     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings;
+//     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings; the new
+//     Scheduler's Stats count from the reload on (the Prometheus counters continue);
 //   - a health change (or a changed backend set or URL while health.enabled) builds a new
 //     prober that starts from Healthy, and [Gateway.Run] restarts its loops with the new
 //     intervals; backends the old prober held Down are marked up again (the passive
@@ -105,16 +107,20 @@ func (g *Gateway) Reload(cfg Config) error {
 		}
 	}
 	for _, b := range old.backends {
-		if rt.byID[b.id] != nil {
-			if newProber && old.prober != nil && old.prober.State(b.id) != rt.prober.State(b.id) && !g.isPassive(b.id) {
-				rt.sched.OnBackendUp(b.id) // the new prober starts from Healthy
-			}
-			continue
+		kept := rt.byID[b.id] != nil
+		if !kept {
+			removed = append(removed, b.id)
+			g.mu.Lock()
+			delete(g.passive, b.id)
+			g.mu.Unlock()
 		}
-		removed = append(removed, b.id)
-		g.mu.Lock()
-		delete(g.passive, b.id)
-		g.mu.Unlock()
+		// Nothing would bring back a backend held Down by a prober that is gone (the new
+		// one starts from Healthy; with health disabled there is none), nor a removed one
+		// that is added again later: mark it up. Passively downed backends stay down
+		// until their re-check.
+		if (!kept || newProber) && old.prober != nil && old.prober.State(b.id) == health.Down && !g.isPassive(b.id) {
+			rt.sched.OnBackendUp(b.id)
+		}
 	}
 	select { // restart Run's loops on the new state
 	case g.reloaded <- struct{}{}:

@@ -24,6 +24,7 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
+	"github.com/agentserve/sessionaffinity/health"
 )
 
 // jsonBackends starts n test backends answering every request with a small JSON object.
@@ -457,4 +458,30 @@ func TestServeDrainIsBounded(t *testing.T) {
 		t.Fatal("Serve did not return after drain_seconds")
 	}
 	require.Error(t, <-clientErr, "the request still running after the drain had its connection closed")
+}
+
+// A backend the active prober held Down is marked up again when a reload replaces the
+// prober — here by turning health checks off — since nothing else would bring it back.
+func TestReloadReleasesBackendsHeldDownByTheOldProber(t *testing.T) {
+	var healthy atomic.Bool
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(flaky.Close)
+	urls := append(jsonBackends(t, 1), flaky.URL)
+	ids := []string{"b0", "b1"}
+	g, err := gateway.New(yamlConfig(t, urls, ids, []float64{1, 1},
+		"health: {enabled: true, failure_threshold: 1, success_threshold: 1}\n"))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	g.ProbeOnce(context.Background())
+	require.Equal(t, health.Down, g.Scheduler().Health().State("b1"))
+
+	require.NoError(t, g.Reload(yamlConfig(t, urls, ids, []float64{1, 1}, "health: {enabled: false}\n")))
+	assert.Equal(t, health.Healthy, g.Scheduler().Health().State("b1"))
 }
