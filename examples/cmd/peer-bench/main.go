@@ -13,10 +13,11 @@
 //     flight and restarted after round 9 (then 3 s for health checks to see it).
 //   - scale-out: 3 backends, 30 sessions x 10 turns; a 4th backend is added by a
 //     config reload after round 4 (then 2 s to settle).
-//   - overhead: instant simulators (no simulated prefill/decode); 20,000 small requests
-//     at concurrency 32 (req/s, proxy CPU per request from /proc/<pid>/stat utime+stime
-//     of the proxy and its worker processes) and 2,000 at concurrency 1 (added latency:
-//     p50 through the proxy minus p50 straight to a simulator).
+//   - overhead (3 interleaved runs per proxy, medians): instant simulators (no simulated
+//     prefill/decode); 20,000 small requests at concurrency 32 (req/s, proxy CPU per
+//     request from /proc/<pid>/stat utime+stime of the proxy and its worker processes)
+//     and 2,000 at concurrency 1 (added latency: p50 through the proxy minus p50
+//     straight to a simulator).
 //
 // Everything listens on 127.0.0.1; every process it starts is stopped by its PID.
 // The numbers are simulator numbers on whatever machine runs it: compare the ratios.
@@ -56,6 +57,7 @@ func run() error {
 	gwBin := flag.String("gateway-bin", "", "path to a built affinity-gateway binary (required)")
 	cpuProfile := flag.String("gateway-cpuprofile", "", "write the gateway's CPU profile of the overhead run here")
 	overheadN := flag.Int("overhead-requests", 20000, "requests of the concurrency-32 overhead run")
+	overheadRuns := flag.Int("overhead-runs", 3, "overhead runs per proxy, interleaved; the table shows the medians")
 	env := flag.String("gateway-env", "", "extra environment for the gateway process, e.g. GOMAXPROCS=1 or GOGC=200")
 	showSlow = flag.Bool("show-slow", false, "print the 5 slowest turns after the failover recovery")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
@@ -91,24 +93,46 @@ func run() error {
 	scenarios := []struct {
 		name string
 		fn   func(context.Context, proxyKind, string, *table) error
-	}{{"steady", steady}, {"failover", failover}, {"scaleout", scaleOut}, {"overhead", func(ctx context.Context, k proxyKind, dir string, tab *table) error {
-		return overhead(ctx, k, dir, tab, *overheadN)
-	}}}
+	}{{"steady", steady}, {"failover", failover}, {"scaleout", scaleOut}, {"overhead", nil}}
+	samples := map[string]*overheadSamples{}
 	// Scenario by scenario, every proxy in turn: background load on the machine drifts
 	// over minutes, so the proxies of one row run close together.
 	for _, sc := range scenarios {
 		if *only != "" && *only != sc.name {
 			continue
 		}
-		for _, k := range kinds {
-			dir := filepath.Join(root, k.name+"-"+sc.name)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return err
+		runs := 1
+		if sc.fn == nil {
+			runs = max(1, *overheadRuns)
+		}
+		for run := range runs {
+			for _, k := range kinds {
+				dir := filepath.Join(root, k.name+"-"+sc.name)
+				if run > 0 {
+					dir += fmt.Sprint("-", run+1)
+				}
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "== %s: %s (run %d)\n", sc.name, k.name, run+1)
+				var err error
+				if sc.fn == nil {
+					if samples[k.name] == nil {
+						samples[k.name] = &overheadSamples{}
+					}
+					err = overhead(ctx, k, dir, samples[k.name], *overheadN)
+				} else {
+					err = sc.fn(ctx, k, dir, tab)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", k.name, sc.name, err)
+				}
 			}
-			fmt.Fprintf(os.Stderr, "== %s: %s\n", sc.name, k.name)
-			if err := sc.fn(ctx, k, dir, tab); err != nil {
-				return fmt.Errorf("%s %s: %w", k.name, sc.name, err)
-			}
+		}
+	}
+	for _, k := range kinds {
+		if o := samples[k.name]; o != nil {
+			o.report(k.name, tab)
 		}
 	}
 	tab.print(os.Stdout)
@@ -268,7 +292,31 @@ func scaleOut(ctx context.Context, k proxyKind, dir string, tab *table) error {
 	})
 }
 
-func overhead(ctx context.Context, k proxyKind, dir string, tab *table, n int) error {
+// overheadSamples collects the overhead runs of one proxy.
+type overheadSamples struct {
+	rps    []float64
+	cpu    []time.Duration // per request
+	added  []time.Duration // p50 through the proxy minus p50 direct, c=1
+	failed int
+}
+
+func (o *overheadSamples) report(name string, tab *table) {
+	tab.set(name, "overhead: req/s at c=32 (median of runs)", num(median(o.rps)), true)
+	tab.set(name, "overhead: proxy CPU per request (median)", us(median(o.cpu)), false)
+	tab.set(name, "overhead: added latency p50 at c=1 (median)", us(median(o.added)), false)
+	tab.set(name, "overhead: client errors", count(o.failed), false)
+}
+
+func median[T int64 | float64 | time.Duration](xs []T) T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func overhead(ctx context.Context, k proxyKind, dir string, o *overheadSamples, n int) error {
 	noSleep := fakevllm.WithSleep(func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	return withProxy(ctx, k, dir, 3, fakevllm.Config{MaxConcurrent: 64, DefaultMaxTokens: 1}, []fakevllm.Option{noSleep},
 		func(p *proc, _ int, bs []*backendSrv) error {
@@ -286,11 +334,10 @@ func overhead(ctx context.Context, k proxyKind, dir string, tab *table, n int) e
 			cpu := time.Duration(c1-c0) * time.Second / clockTicks
 			_, direct, _ := overheadLoad(ctx, bs[0].url(), 1, 2000, 1000)
 			_, proxied, _ := overheadLoad(ctx, target, 1, 2000, 1000)
-			added := percentile(proxied, 50) - percentile(direct, 50)
-			tab.set(k.name, "overhead: req/s at c=32", num(float64(n)/wall.Seconds()), true)
-			tab.set(k.name, "overhead: proxy CPU per request", us(cpu/time.Duration(n)), false)
-			tab.set(k.name, "overhead: added latency p50 at c=1", us(added), false)
-			tab.set(k.name, "overhead: client errors", count(failed), false)
+			o.rps = append(o.rps, float64(n)/wall.Seconds())
+			o.cpu = append(o.cpu, cpu/time.Duration(n))
+			o.added = append(o.added, percentile(proxied, 50)-percentile(direct, 50))
+			o.failed += failed
 			return nil
 		})
 }
