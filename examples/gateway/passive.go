@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -26,14 +25,6 @@ type retryTransport struct{ g *Gateway }
 // and, if retries are on, replays req once on the scheduler's next choice.
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
-	if st := routeFrom(req.Context()); st != nil && len(st.body) > 0 && req.ContentLength == int64(len(st.body)) {
-		// ReverseProxy wraps the body in a reader net/http cannot recognize as in-memory,
-		// which makes the Transport write the headers and the body in two syscalls.
-		// Hand it the buffered body itself: one write per request.
-		r2 := *req
-		r2.Body = io.NopCloser(bytes.NewReader(st.body))
-		req = &r2
-	}
 	resp, err := g.base.RoundTrip(req)
 	if err == nil {
 		return resp, nil

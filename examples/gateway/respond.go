@@ -16,6 +16,13 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	b, _ := st.current()
 	pr.SetURL(b.url)
 	pr.SetXForwarded()
+	if len(st.body) > 0 && pr.Out.ContentLength == int64(len(st.body)) {
+		// ReverseProxy wraps the body in a reader net/http does not recognize as
+		// in-memory, which makes the Transport flush the headers before the body: two
+		// writes per request. Hand it the buffered body itself: one write.
+		st.bodyReader.Reset(st.body)
+		pr.Out.Body = io.NopCloser(&st.bodyReader)
+	}
 }
 
 func (g *Gateway) modifyResponse(resp *http.Response) error {

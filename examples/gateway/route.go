@@ -92,6 +92,8 @@ type route struct {
 	key     string // HRW key for requests without a session
 	in      *http.Request
 	body    []byte // the request body, read in full
+	// bodyReader reads body for the first attempt (see Gateway.rewrite).
+	bodyReader bytes.Reader
 
 	mu      sync.Mutex
 	backend *backend
