@@ -82,7 +82,8 @@ func (t *Table) Range(fn func(Binding) bool) {
 
 // Snapshot writes every valid binding to w in the snapshot format (below) and returns how
 // many it wrote. The time stamp is the Table's clock (WithClock) as wall time. Bindings
-// made while it runs may or may not be included. It does not stop the Table: write a
+// made while it runs may or may not be included. It does not stop the Table (safe for
+// concurrent use; each shard is locked only while its bindings are copied): write a
 // snapshot after the last request for an exact copy. Errors are w's, wrapped.
 // Cost: O(bindings) time and one in-memory copy of them (about 60 bytes plus the IDs each).
 //
@@ -141,6 +142,7 @@ func (t *Table) Snapshot(w io.Writer) (int, error) {
 // The whole input is read and verified before anything is stored: a truncated or
 // damaged snapshot returns ErrCorruptSnapshot (an input without the magic
 // ErrSnapshotVersion; an error from r is returned wrapped) and stores nothing.
+// Safe for concurrent use (each binding is stored under its shard's lock, like Bind).
 // Cost: O(records log records) time, the decoded records in memory while it runs.
 func (t *Table) Restore(r io.Reader) (int, error) {
 	bs, written, err := readSnapshot(r)
