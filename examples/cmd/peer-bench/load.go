@@ -56,6 +56,17 @@ func (l agentLoad) run(ctx context.Context, runID string) [][]turnResult {
 	for s := range res {
 		res[s] = make([]turnResult, l.turns)
 	}
+	// Warm-up, not measured: every proxy starts its connections to the backends (and the
+	// gateway its runtime) before the first measured turn.
+	var wg0 sync.WaitGroup
+	for w := range l.conc {
+		wg0.Go(func() {
+			for i := range 5 {
+				_ = l.turn(ctx, client, runID+"-warmup", 1000+w*5+i, 0)
+			}
+		})
+	}
+	wg0.Wait()
 	var done atomic.Int64
 	var fired sync.Once
 	for round := range l.turns {

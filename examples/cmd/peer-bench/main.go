@@ -5,7 +5,8 @@
 //
 //	go run -C examples ./cmd/peer-bench -gateway-bin /tmp/affinity-gateway
 //
-// Scenarios, each with fresh simulators and a fresh proxy:
+// Scenarios, each with fresh simulators and a fresh proxy, warmed up with 5 unmeasured
+// turns per client before the measured ones:
 //
 //   - steady: 30 sessions x 12 turns at concurrency 6; a warm turn is one whose prompt
 //     prefix was cached on the backend (cached_tokens > 0).
