@@ -127,6 +127,11 @@ type Config struct {
 	// (format: affinity.SnapshotMagic, see affinity.Table.Snapshot). "" turns it off.
 	// Not needed with a shared (Redis) binding store.
 	BindingSnapshot string `yaml:"binding_snapshot"`
+	// InjectMetadata inserts the "x_agent_serve" object into non-streaming JSON
+	// responses (which means reading each one whole and checking it is a JSON object).
+	// Nil means true; false leaves every body untouched (streamed through as it comes),
+	// and the X-Agent-Serve-* headers still say where the request went. Reloadable.
+	InjectMetadata *bool `yaml:"inject_metadata"`
 }
 
 // BackendConfig is one inference server.
@@ -233,6 +238,9 @@ func (c Config) WithDefaults() Config {
 	}
 	return c
 }
+
+// injectMetadata reports the effective inject_metadata setting (nil -> true).
+func (c Config) injectMetadata() bool { return c.InjectMetadata == nil || *c.InjectMetadata }
 
 // retryOnConnectError reports the effective retry setting (nil -> true).
 func (c Config) retryOnConnectError() bool {

@@ -33,7 +33,8 @@
 // Responses carry X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit headers.
 // Non-streaming JSON responses (Content-Type application/json, not compressed, up to
 // 16 MiB) also get a top-level "x_agent_serve" object {backend, affinity_hit, tier}
-// inserted as their first member (see [InjectMetadata]); other responses, in
+// inserted as their first member (see [InjectMetadata]; inject_metadata: false turns
+// this off and leaves every body untouched); other responses, in
 // particular text/event-stream, pass through untouched and unbuffered (ReverseProxy
 // flushes every write of a streaming response). Errors use the OpenAI shape
 // {"error":{"message","type","code"}}.

@@ -73,3 +73,22 @@ backends:
 	// 2 1800 X-Session-ID 8388608
 	// gateway: invalid config: backends[1].id: "a" already used by backends[0]
 }
+
+// inject_metadata: false leaves the body untouched; the headers still say where it went.
+// It is reloadable.
+func TestInjectMetadataConfig(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	on := yamlConfig(t, urls, []string{"b0"}, []float64{1}, "")
+	off := yamlConfig(t, urls, []string{"b0"}, []float64{1}, "inject_metadata: false\n")
+	g, err := gateway.New(off)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	rec := send(t, g, "s1")
+	assert.Equal(t, `{"id":"cmpl","choices":[]}`, rec.Body.String())
+	assert.Equal(t, "b0", rec.Header().Get(gateway.HeaderBackend))
+	assert.Equal(t, "true", send(t, g, "s1").Header().Get(gateway.HeaderAffinityHit))
+
+	require.NoError(t, g.Reload(on))
+	assert.Equal(t, `{"x_agent_serve":{"backend":"b0","affinity_hit":true,"tier":""},"id":"cmpl","choices":[]}`,
+		send(t, g, "s1").Body.String())
+}

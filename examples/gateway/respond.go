@@ -33,7 +33,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	b, hit := st.current()
 	resp.Header.Set(HeaderBackend, b.id)
 	resp.Header.Set(HeaderAffinityHit, strconv.FormatBool(hit))
-	if !injectable(resp) {
+	if !st.rt.cfg.injectMetadata() || !injectable(resp) {
 		return nil
 	}
 	pool := &g.bufs

@@ -61,6 +61,7 @@ func run() error {
 	overheadRuns := flag.Int("overhead-runs", 3, "overhead runs per proxy, interleaved; the table shows the medians")
 	env := flag.String("gateway-env", "", "extra environment for the gateway process, e.g. GOMAXPROCS=1 or GOGC=200")
 	showSlow = flag.Bool("show-slow", false, "print the 5 slowest turns after the failover recovery")
+	flag.BoolVar(&gatewayMetadata, "gateway-metadata", true, "gateway inject_metadata (false: headers only, bodies untouched)")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
 	flag.Parse()
 	if *gwBin == "" {

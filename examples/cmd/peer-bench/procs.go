@@ -210,6 +210,9 @@ func childPIDs(parent int) []int {
 	return out
 }
 
+// gatewayMetadata is the gateway's inject_metadata (-gateway-metadata).
+var gatewayMetadata = true
+
 // gatewayEnv is added to the gateway's environment (-gateway-env).
 var gatewayEnv []string
 
@@ -243,6 +246,9 @@ func gatewayConfig(port int, backends []*backendSrv) string {
 		fmt.Fprintf(&b, "  - {id: %s, url: %q}\n", be.id, be.url())
 	}
 	b.WriteString("session_headers: [X-Session-ID]\n")
+	if !gatewayMetadata {
+		b.WriteString("inject_metadata: false\n")
+	}
 	b.WriteString("health: {enabled: true, interval_seconds: 1, timeout_seconds: 1, failure_threshold: 2, success_threshold: 2, passive_recheck_seconds: 1}\n")
 	return b.String()
 }
