@@ -107,18 +107,22 @@ func (g *Gateway) Reload(cfg Config) error {
 		}
 	}
 	for _, b := range old.backends {
-		kept := rt.byID[b.id] != nil
-		if !kept {
+		if rt.byID[b.id] == nil {
+			// Drained: not a candidate any more. Clear its health state so that, added
+			// again later, it is not held Down by a mark nothing would lift.
 			removed = append(removed, b.id)
 			g.mu.Lock()
 			delete(g.passive, b.id)
 			g.mu.Unlock()
+			if rt.sched.Health().State(b.id) == health.Down {
+				rt.sched.OnBackendUp(b.id)
+			}
+			continue
 		}
-		// Nothing would bring back a backend held Down by a prober that is gone (the new
-		// one starts from Healthy; with health disabled there is none), nor a removed one
-		// that is added again later: mark it up. Passively downed backends stay down
-		// until their re-check.
-		if (!kept || newProber) && old.prober != nil && old.prober.State(b.id) == health.Down && !g.isPassive(b.id) {
+		// The new prober starts from Healthy (with health disabled there is none): a
+		// backend the old one held Down is marked up, or nothing would lift the mark.
+		// Passively downed backends stay down until their re-check.
+		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down && !g.isPassive(b.id) {
 			rt.sched.OnBackendUp(b.id)
 		}
 	}

@@ -485,3 +485,16 @@ func TestReloadReleasesBackendsHeldDownByTheOldProber(t *testing.T) {
 	require.NoError(t, g.Reload(yamlConfig(t, urls, ids, []float64{1, 1}, "health: {enabled: false}\n")))
 	assert.Equal(t, health.Healthy, g.Scheduler().Health().State("b1"))
 }
+
+// A backend removed while passively down and added again later is not stuck Down.
+func TestReloadRemovedBackendComesBackClean(t *testing.T) {
+	urls := jsonBackends(t, 2)
+	ids := []string{"b0", "b1"}
+	g, err := gateway.New(yamlConfig(t, urls, ids, []float64{1, 1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	g.Scheduler().OnBackendDown("b1") // as the passive check would
+	require.NoError(t, g.Reload(yamlConfig(t, urls[:1], ids[:1], []float64{1}, "")))
+	require.NoError(t, g.Reload(yamlConfig(t, urls, ids, []float64{1, 1}, "")))
+	assert.Equal(t, health.Healthy, g.Scheduler().Health().State("b1"))
+}
