@@ -28,7 +28,9 @@ type schedModel struct {
 	caps    []int
 	now     int64
 	seq     int
-	health  map[string]health.State
+	health  map[string]health.State // effective: Down if down, else Draining if drained
+	down    map[string]bool         // observed down
+	drained map[string]bool         // operator drain
 	m       map[modelKey]*modelEntry
 	st      affinity.Stats
 	rec     map[modelEvent]int
@@ -51,7 +53,7 @@ type modelEvent struct {
 }
 
 func newSchedModel(maxBindings int, tierTTL map[string]int64) *schedModel {
-	md := &schedModel{tierTTL: tierTTL, health: map[string]health.State{}, m: map[modelKey]*modelEntry{}, rec: map[modelEvent]int{}}
+	md := &schedModel{tierTTL: tierTTL, health: map[string]health.State{}, down: map[string]bool{}, drained: map[string]bool{}, m: map[modelKey]*modelEntry{}, rec: map[modelEvent]int{}}
 	for _, d := range tierTTL {
 		if d > 0 && !contains(md.classes, d) {
 			md.classes = append(md.classes, d)
@@ -234,8 +236,31 @@ func (md *schedModel) selectBackend(session, tier string, cands []affinity.Backe
 	return w, false, true
 }
 
+// observe records an observation and recomputes the effective state of id.
+func (md *schedModel) observe(id string, up bool) {
+	md.down[id] = !up
+	md.effective(id)
+}
+
+// setDrain drains or undrains id and recomputes its effective state.
+func (md *schedModel) setDrain(id string, drained bool) {
+	md.drained[id] = drained
+	md.effective(id)
+}
+
+func (md *schedModel) effective(id string) {
+	switch {
+	case md.down[id]:
+		md.health[id] = health.Down
+	case md.drained[id]:
+		md.health[id] = health.Draining
+	default:
+		md.health[id] = health.Healthy
+	}
+}
+
 func (md *schedModel) backendDown(id string) int {
-	md.health[id] = health.Down
+	md.observe(id, false)
 	n := 0
 	for k, e := range md.m {
 		if e.backend != id {
@@ -366,17 +391,21 @@ func runSchedulerModel(t *testing.T, maxBindings int, seed uint64) {
 			id := bs[rng.IntN(len(bs))].ID()
 			require.Equal(t, md.backendDown(id), f.s.OnBackendDown(id), "op %d: OnBackendDown(%s)", op, id)
 			check(op, "down")
-		case r < 870: // OnBackendUp
+		case r < 870: // OnBackendUp: an observation, never ends a drain
 			id := bs[rng.IntN(len(bs))].ID()
-			md.health[id] = health.Healthy
+			md.observe(id, true)
 			f.s.OnBackendUp(id)
-		case r < 885: // OnBackendDraining
+		case r < 880: // OnBackendDraining: operator intent
 			id := bs[rng.IntN(len(bs))].ID()
-			md.health[id] = health.Draining
+			md.setDrain(id, true)
 			f.s.OnBackendDraining(id)
+		case r < 885: // Undrain: the only end of a drain
+			id := bs[rng.IntN(len(bs))].ID()
+			md.setDrain(id, false)
+			f.s.Undrain(id)
 		case r < 900: // Down in the shared set only: bindings break lazily (unhealthy)
 			id := bs[rng.IntN(len(bs))].ID()
-			md.health[id] = health.Down
+			md.observe(id, false)
 			f.s.Health().MarkDown(id)
 		case r < 920:
 			require.Equal(t, md.sweep(), f.s.Sweep(), "op %d: Sweep", op)

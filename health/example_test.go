@@ -29,6 +29,22 @@ func ExampleSet() {
 	// healthy draining healthy false
 }
 
+// An operator's drain outlasts health observations; only Undrain ends it.
+func ExampleSet_Drain() {
+	var s health.Set
+	s.Drain("vllm-1")              // operator: no new sessions
+	s.Observe("vllm-1", false)     // the health check fails
+	fmt.Println(s.State("vllm-1")) // down wins
+	s.Observe("vllm-1", true)      // it passes again
+	fmt.Println(s.State("vllm-1"), s.Drained("vllm-1"))
+	s.Undrain("vllm-1") // operator: back in service
+	fmt.Println(s.State("vllm-1"))
+	// Output:
+	// down
+	// draining true
+	// healthy
+}
+
 func ExampleParseState() {
 	st, err := health.ParseState("Draining")
 	fmt.Println(st, err)

@@ -1,41 +1,78 @@
 package health
 
 import (
-	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 )
 
-// Set holds the health State of backends by ID. Only non-Healthy IDs are stored: an ID
-// that was never marked, or was marked Healthy again, is Healthy and costs no memory.
+// Set holds the health of backends by ID as two independent facts per backend, and the
+// effective [State] they combine into:
+//
+//   - observed health, reported by health checks ([Set.Observe]: a prober, a passive
+//     outlier detector, Scheduler.OnBackendDown/OnBackendUp): up or down;
+//   - administrative state, operator intent ([Set.Drain], [Set.Undrain]): drained or not.
+//
+// The effective state is Down if the backend is observed down, else Draining if it is
+// drained, else Healthy. Observations never touch the drain: a drained backend that fails
+// and then passes its checks is Draining again, not Healthy, and only [Set.Undrain] (or
+// [Set.Set] with Healthy, or [Set.Forget]) ends a drain. This is what an operator expects
+// from HAProxy's "set server state drain" or Envoy's drain: health checks decide whether a
+// backend can serve, the operator decides whether it should take new work.
+//
+// Only IDs that are observed down or drained are stored: an ID that was never marked, or
+// is observed up and not drained, is Healthy and costs no memory.
 //
 // The zero value is ready to use (every ID Healthy); [NewSet] is equivalent. A Set must
 // not be copied after first use.
 //
 // Concurrency and cost: all methods are safe for concurrent use. Reads ([Set.State],
-// [Set.AllHealthy]) are lock-free and allocation-free: one atomic load of a pointer to an
-// immutable map (nil when every backend is Healthy) and, for State, one map lookup. Writes
-// ([Set.Set], [Set.MarkDown], [Set.MarkUp], [Set.MarkDraining]) are expected to be rare:
-// a write that changes a state takes a mutex and replaces the map with a modified copy
-// (copy-on-write: O(n) time for n non-Healthy IDs and a few allocations for the new map,
-// plus a copy of the ID when it leaves Healthy and a queue entry when there are
-// subscribers); a write that changes nothing takes the mutex but allocates nothing.
+// [Set.AllHealthy], [Set.Drained], [Set.ObservedUp]) are lock-free and allocation-free:
+// one atomic load of a pointer to an immutable map (nil when every backend is Healthy)
+// and one map lookup. Writes ([Set.Observe], [Set.Drain], [Set.Undrain], [Set.Set],
+// [Set.MarkDown], [Set.MarkUp], [Set.MarkDraining], [Set.Forget], [Set.Retain]) are
+// expected to be rare: a write that changes something takes a mutex and replaces the map
+// with a modified copy (copy-on-write: O(n) time for n stored IDs and a few allocations
+// for the new map, plus a copy of the ID when it is first stored and a queue entry when
+// there are subscribers); a write that changes nothing takes the mutex but allocates
+// nothing.
 //
-// Memory: O(number of distinct non-Healthy IDs), plus the queue of transitions not yet
-// delivered to subscribers (empty except while a subscriber is slower than writers).
+// Memory: O(number of distinct IDs observed down or drained), plus the queue of
+// transitions not yet delivered to subscribers (empty except while a subscriber is slower
+// than writers).
 //
-// Subscribers ([Set.Subscribe]) receive every transition that changed a state, one at a
-// time, in the order the changes took effect, and outside any lock of the Set. See
-// [Set.Subscribe] for the delivery rules.
+// Subscribers ([Set.Subscribe]) receive every change of the effective state, one at a
+// time, in the order the changes took effect, and outside any lock of the Set. A write
+// that changes only a fact hidden by the other (draining a backend that is down) changes
+// no effective state and notifies nobody. See [Set.Subscribe] for the delivery rules.
 type Set struct {
-	states atomic.Pointer[map[string]State] // non-Healthy IDs only; nil when all Healthy
+	entries atomic.Pointer[map[string]entry] // IDs observed down or drained only; nil when all Healthy
 
 	mu         sync.Mutex    // serializes writers; guards the fields below
 	subs       []*subscriber // replaced on change, never mutated in place
 	seq        uint64        // sequence number of the next transition
 	queue      []queued      // transitions waiting for delivery, in seq order
 	delivering bool          // some goroutine holds the delivery turn
+}
+
+// entry is what a Set stores for one ID: the two facts and the effective state they give.
+// The zero entry (observed up, not drained, Healthy) is never stored.
+type entry struct {
+	state   State // effective: Down if down, else Draining if drained, else Healthy
+	down    bool  // observed down (by a health check)
+	drained bool  // administratively drained (operator intent)
+}
+
+func makeEntry(down, drained bool) entry {
+	e := entry{down: down, drained: drained}
+	switch {
+	case down:
+		e.state = Down
+	case drained:
+		e.state = Draining
+	}
+	return e
 }
 
 type subscriber struct {
@@ -52,66 +89,159 @@ type queued struct {
 // NewSet returns an empty Set (every ID Healthy). It is the same as new(Set).
 func NewSet() *Set { return &Set{} }
 
-// State returns the state of id; Healthy for an ID the Set does not hold.
-// Lock-free, 0 allocs.
-func (s *Set) State(id string) State {
-	p := s.states.Load()
+func (s *Set) entry(id string) entry {
+	p := s.entries.Load()
 	if p == nil {
-		return Healthy
+		return entry{}
 	}
 	return (*p)[id]
 }
 
-// AllHealthy reports whether every ID is Healthy (no Draining or Down entries): one atomic
-// load, lock-free, 0 allocs. Callers can use it to skip per-backend State lookups.
-func (s *Set) AllHealthy() bool { return s.states.Load() == nil }
+// State returns the effective state of id: Down if observed down, else Draining if
+// drained, else Healthy (also for an ID the Set does not hold). Lock-free, 0 allocs.
+func (s *Set) State(id string) State { return s.entry(id).state }
 
-// Set sets the state of id to to and returns the previous state and whether it changed.
-// A no-op (to equals the current state) changes nothing and notifies no subscriber. An
-// invalid to (not Healthy, Draining or Down) is ignored: it returns the current state
-// and false.
+// ObservedUp reports whether the last observation of id was healthy (true for an ID never
+// observed), whatever its drain. Lock-free, 0 allocs.
+func (s *Set) ObservedUp(id string) bool { return !s.entry(id).down }
+
+// Drained reports whether id is administratively drained, whatever its observed health.
+// Lock-free, 0 allocs.
+func (s *Set) Drained(id string) bool { return s.entry(id).drained }
+
+// AllHealthy reports whether every ID is Healthy (none drained or observed down): one
+// atomic load, lock-free, 0 allocs. Callers can use it to skip per-backend State lookups.
+func (s *Set) AllHealthy() bool { return s.entries.Load() == nil }
+
+// Observe records a health observation of id — healthy true (the check passed) or false
+// (the backend is down) — and reports whether the observed health changed. It never
+// changes the drain: a drained backend observed healthy is Draining. This is the call
+// for health checkers (a [Prober] reporter, a passive detector). Delivery and cost as
+// [Set.Set].
+func (s *Set) Observe(id string, healthy bool) (changed bool) {
+	old, _ := s.write(id, func(e entry) entry { return makeEntry(!healthy, e.drained) })
+	return old.down == healthy
+}
+
+// Drain marks id drained (operator intent: keep its sessions, take no new ones) and
+// reports whether it was not drained before. The drain lasts, across any observations,
+// until [Set.Undrain]. The effective state becomes Draining, or stays Down while the
+// backend is observed down. Delivery and cost as [Set.Set].
+func (s *Set) Drain(id string) (changed bool) {
+	old, _ := s.write(id, func(e entry) entry { return makeEntry(e.down, true) })
+	return !old.drained
+}
+
+// Undrain ends the drain of id and reports whether it was drained. The effective state
+// becomes Healthy, or stays Down while the backend is observed down. Delivery and cost as
+// [Set.Set].
+func (s *Set) Undrain(id string) (changed bool) {
+	old, _ := s.write(id, func(e entry) entry { return makeEntry(e.down, false) })
+	return old.drained
+}
+
+// Set makes the effective state of id equal to, whatever it was, and returns the
+// previous effective state and whether it changed: Healthy records id as observed up and
+// undrains it; Draining records it as observed up and drains it; Down records it as
+// observed down and keeps its drain (so it is Draining again when observed up). It is the
+// "force this state" call for operators and tests; health checkers should call
+// [Set.Observe], which never ends a drain. A no-op changes nothing and notifies no
+// subscriber. An invalid to (not Healthy, Draining or Down) is ignored: it returns the
+// current state and false.
 //
 // If the change is to be delivered and no other goroutine is delivering, the calling
 // goroutine delivers it (and any transitions queued meanwhile) to subscribers before
 // Set returns; otherwise Set returns at once and the goroutine holding the delivery turn
 // delivers it. Cost: see [Set].
 func (s *Set) Set(id string, to State) (from State, changed bool) {
-	from, changed, turn := s.update(id, to)
+	if !to.Valid() {
+		return s.State(id), false
+	}
+	old, cur := s.write(id, func(e entry) entry {
+		switch to {
+		case Healthy:
+			return entry{}
+		case Draining:
+			return makeEntry(false, true)
+		}
+		return makeEntry(true, e.drained)
+	})
+	return old.state, old.state != cur.state
+}
+
+// MarkDown is Observe(id, false): it records id as observed down (effective Down) and
+// reports whether its state changed. Delivery and cost as [Set.Set].
+func (s *Set) MarkDown(id string) bool { return s.Observe(id, false) }
+
+// MarkUp is Observe(id, true): it records id as observed up and reports whether that
+// changed. The effective state becomes Healthy, or Draining if id is drained: MarkUp
+// never ends a drain (use [Set.Undrain]). Delivery and cost as [Set.Set].
+func (s *Set) MarkUp(id string) bool { return s.Observe(id, true) }
+
+// MarkDraining is Drain(id): it drains id and reports whether it was not drained before.
+// Delivery and cost as [Set.Set].
+func (s *Set) MarkDraining(id string) bool { return s.Drain(id) }
+
+// Forget drops everything the Set knows about id (observation and drain), so that id is
+// Healthy, and reports whether it held anything. Use it for a backend that is no longer
+// configured. A change of the effective state is delivered as [Set.Set]'s.
+func (s *Set) Forget(id string) bool {
+	old, _ := s.write(id, func(entry) entry { return entry{} })
+	return old != entry{}
+}
+
+// Retain forgets (as [Set.Forget]) every stored ID that is not in keep, and returns how
+// many it forgot: call it with the configured backend IDs when the configuration changes
+// (e.g. with a new [Prober]'s targets), so backends no longer configured leave no state
+// behind. Each forgotten ID whose effective state changes is delivered as a transition to
+// Healthy. Cost: O(stored IDs + len(keep)) time and one map of len(keep) IDs; then one
+// copy-on-write per forgotten ID.
+func (s *Set) Retain(keep []string) int {
+	p := s.entries.Load()
+	if p == nil {
+		return 0
+	}
+	want := make(map[string]struct{}, len(keep))
+	for _, id := range keep {
+		want[id] = struct{}{}
+	}
+	var drop []string
+	for id := range *p {
+		if _, ok := want[id]; !ok {
+			drop = append(drop, id)
+		}
+	}
+	slices.Sort(drop) // a deterministic delivery order
+	n := 0
+	for _, id := range drop {
+		if s.Forget(id) {
+			n++
+		}
+	}
+	return n
+}
+
+// write applies f to id's entry and delivers a change of the effective state.
+func (s *Set) write(id string, f func(entry) entry) (old, cur entry) {
+	old, cur, turn := s.update(id, f)
 	if turn {
 		s.deliver()
 	}
-	return from, changed
+	return old, cur
 }
 
-// MarkDown sets id to Down and reports whether its state changed. Delivery and cost as
-// [Set.Set].
-func (s *Set) MarkDown(id string) bool {
-	_, changed := s.Set(id, Down)
-	return changed
-}
-
-// MarkUp sets id to Healthy and reports whether its state changed. Delivery and cost as
-// [Set.Set].
-func (s *Set) MarkUp(id string) bool {
-	_, changed := s.Set(id, Healthy)
-	return changed
-}
-
-// MarkDraining sets id to Draining and reports whether its state changed. Delivery and
-// cost as [Set.Set].
-func (s *Set) MarkDraining(id string) bool {
-	_, changed := s.Set(id, Draining)
-	return changed
-}
-
-// Snapshot returns a new map of every non-Healthy ID and its state (empty, never nil, when
+// Snapshot returns a new map of every non-Healthy ID and its effective state (empty, never nil, when
 // all are Healthy). Changing it does not affect s. Cost: O(non-Healthy IDs), allocates.
 func (s *Set) Snapshot() map[string]State {
-	p := s.states.Load()
+	p := s.entries.Load()
 	if p == nil {
 		return map[string]State{}
 	}
-	return maps.Clone(*p)
+	out := make(map[string]State, len(*p))
+	for id, e := range *p {
+		out[id] = e.state
+	}
+	return out
 }
 
 // Subscribe registers fn to receive every transition that takes effect after Subscribe
@@ -170,62 +300,64 @@ func (s *Set) Subscribe(fn func(Transition)) (unsubscribe func()) {
 	}
 }
 
-// update applies the change under the mutex and queues the transition. turn reports
-// that the caller took the delivery turn and must call deliver (outside its own locks).
-func (s *Set) update(id string, to State) (from State, changed, turn bool) {
-	if !to.Valid() {
-		return s.State(id), false, false
-	}
+// update applies f to id's entry under the mutex and queues the transition of the
+// effective state, if any. turn reports that the caller took the delivery turn and must
+// call deliver (outside its own locks).
+func (s *Set) update(id string, f func(entry) entry) (old, cur entry, turn bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	cur := s.states.Load()
-	if cur != nil {
-		from = (*cur)[id]
+	m := s.entries.Load()
+	if m != nil {
+		old = (*m)[id]
 	}
-	if from == to {
-		return from, false, false
+	cur = f(old)
+	if cur == old {
+		return old, cur, false
 	}
 
 	n := 0
-	if cur != nil {
-		n = len(*cur)
+	if m != nil {
+		n = len(*m)
 	}
 	switch {
-	case to == Healthy:
+	case cur == entry{}:
 		n--
-	case from == Healthy:
+	case old == entry{}:
 		n++
 	}
 	if n == 0 {
-		s.states.Store(nil)
+		s.entries.Store(nil)
 	} else {
-		next := make(map[string]State, n)
-		if cur != nil {
-			for k, v := range *cur {
+		next := make(map[string]entry, n)
+		if m != nil {
+			for k, v := range *m {
 				if k != id {
 					next[k] = v
 				}
 			}
 		}
-		if to != Healthy {
-			if from == Healthy {
+		if cur != (entry{}) {
+			if old == (entry{}) {
 				id = strings.Clone(id) // a new key: do not retain the caller's backing memory
 			}
-			next[id] = to
+			next[id] = cur
 		}
-		s.states.Store(&next)
+		s.entries.Store(&next)
 	}
 
+	if old.state == cur.state {
+		return old, cur, false
+	}
 	if len(s.subs) > 0 {
-		s.queue = append(s.queue, queued{t: Transition{ID: id, From: from, To: to}, seq: s.seq})
+		s.queue = append(s.queue, queued{t: Transition{ID: id, From: old.state, To: cur.state}, seq: s.seq})
 	}
 	s.seq++
 	if len(s.queue) > 0 && !s.delivering {
 		s.delivering = true
 		turn = true
 	}
-	return from, true, turn
+	return old, cur, turn
 }
 
 // deliver drains the queue; it must be called only by the holder of the delivery turn.

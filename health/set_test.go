@@ -209,8 +209,12 @@ func TestSetMarkHelpers(t *testing.T) {
 		{"MarkDraining again", s.MarkDraining, false, health.Draining},
 		{"MarkDown", s.MarkDown, true, health.Down},
 		{"MarkDown again", s.MarkDown, false, health.Down},
+		{"MarkUp keeps the drain", s.MarkUp, true, health.Draining},
+		{"MarkUp again", s.MarkUp, false, health.Draining},
+		{"Undrain", s.Undrain, true, health.Healthy},
+		{"Undrain again", s.Undrain, false, health.Healthy},
+		{"MarkDown after undrain", s.MarkDown, true, health.Down},
 		{"MarkUp", s.MarkUp, true, health.Healthy},
-		{"MarkUp again", s.MarkUp, false, health.Healthy},
 	}
 	for _, st := range steps {
 		assert.Equal(t, st.want, st.fn("b1"), st.name)
