@@ -15,8 +15,9 @@
 //	sched, err := affinity.New(cfg, affinity.WithRecorder(counters))
 //	...
 //	b, hit, err := sched.SelectBackend(sessionID, tier, backends) // per request
-//	// health: sched.OnBackendDown(id) / OnBackendUp(id), or OnHealthChange as a
-//	// health.Prober observer; optionally sched.Sweep() every minute (see below).
+//	// health: sched.OnBackendDown(id) / OnBackendUp(id) (observations), or
+//	// sched.Observe as a health.Prober reporter; operators: sched.OnBackendDraining(id)
+//	// / sched.Undrain(id); optionally sched.Sweep() every minute (see below).
 //
 // # Contract
 //
@@ -38,8 +39,15 @@
 //     (checked first). OnBackendDown marks the ID Down, deletes all its bindings in
 //     O(bindings on it + shards) and counts them then; repeated or unknown IDs remove
 //     nothing (unknown IDs are still marked Down, so new sessions avoid them).
-//  5. No failback: OnBackendUp only marks the backend Healthy; bindings never move back.
-//     A valid binding is not moved by scale-up, other backends' flapping or candidate order.
+//  5. No failback: OnBackendUp only records the backend as observed up; bindings never
+//     move back. A valid binding is not moved by scale-up, other backends' flapping or
+//     candidate order.
+//  12. Drain is operator intent, health is observation (the health.Set keeps both): the
+//     effective state is Down if the backend is observed down, else Draining if drained,
+//     else Healthy. OnBackendDown, OnBackendUp, [Scheduler.Observe] and OnHealthChange's
+//     Healthy/Down record observations and never end a drain; OnBackendDraining drains and
+//     only [Scheduler.Undrain] ends the drain. A drained backend that fails and then passes
+//     its health checks is Draining again and takes no new sessions.
 //  6. TTL: default 1800 s; 0 disables affinity (every call a miss returning the HRW winner,
 //     nothing stored). Expired when now >= lastUse + TTL. Only a hit extends a binding;
 //     [Scheduler.Lookup] never does. A JSON/YAML config without the key gets 1800, with 0
@@ -73,6 +81,20 @@
 //   - The health set is read, never subscribed to: a backend marked Down directly in a
 //     shared set gets no new sessions at once, its bindings break lazily as unhealthy.
 //     Wire the checker to [Scheduler.OnHealthChange] to drop them eagerly.
+//   - The methods that existed before drains were kept apart map as follows: OnBackendDown
+//     = observe down (and drop bindings), OnBackendUp = observe up, OnBackendDraining =
+//     drain; health.Set.MarkDown/MarkUp/MarkDraining likewise, and health.Set.Set forces
+//     an effective state (Healthy also undrains). OnHealthChange treats a From Draining ->
+//     To Healthy transition as an explicit undrain of the source set (a health.Set makes
+//     that transition only on Undrain), every other To Healthy as an observation.
+//   - There is no separate "maintenance" state: to take a backend out entirely, drop it
+//     from the candidates (its bindings break as not_candidate) or report it down; to let
+//     its sessions finish, drain it.
+//   - A replacing health checker converges the set when wired as a reporter
+//     (health.WithReporter(sched.Observe)): its first verdict on each backend is reported
+//     — one success at once, a failure after its failure threshold — so a backend an old
+//     checker held Down comes back; call sched.Health().Retain(configured IDs) to forget
+//     backends no longer configured (their drains included).
 //   - Per-tier TTLs (Config.Tiers) are supported; a tier with TTL 0 stores nothing.
 //   - The cap is split evenly over the shards (the shard caps sum to MaxBindings) and
 //     LRU order is exact within a shard, approximate across shards.

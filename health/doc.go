@@ -1,8 +1,13 @@
 // Package health tracks the health of inference backends — [Healthy], [Draining] or
 // [Down] — for the affinity Scheduler, and offers an optional active HTTP [Prober].
 //
-// A [Set] maps backend IDs to a [State]. Any ID it was not told about is Healthy, so
-// only Draining and Down IDs take memory. Lookups on the request path ([Set.State],
+// A [Set] keeps two facts per backend ID and the [State] they give: observed health,
+// reported by health checks ([Set.Observe]), and the operator's drain ([Set.Drain],
+// [Set.Undrain]). The effective state is Down if observed down, else Draining if drained,
+// else Healthy: a drained backend that fails and then passes its checks is Draining
+// again, and only an explicit undrain ends a drain. Any ID it was not told about is
+// Healthy, so only drained or observed-down IDs take memory; [Set.Retain] and
+// [Set.Forget] drop backends no longer configured. Lookups on the request path ([Set.State],
 // [Set.AllHealthy]) are lock-free and allocation-free: they read an immutable map through
 // an atomic pointer, which writers (rare: a health change) replace with a modified copy.
 // Every change that takes effect is reported as a [Transition] to subscribers
@@ -14,7 +19,9 @@
 // and turns FailureThreshold consecutive failures into Healthy -> Down and
 // SuccessThreshold consecutive successes into Down -> Healthy (defaults 3 and 2). It runs
 // in the caller's goroutine ([Prober.Run] until the context is done, or one round at a
-// time with [Prober.ProbeOnce]) and reports transitions to a [WithObserver] callback.
+// time with [Prober.ProbeOnce]) and reports its verdicts to [WithReporter] callbacks (its
+// first verdict on every target, then every change, so a replacing Prober converges the
+// receiver to its own view) and its transitions to [WithObserver] callbacks.
 // [Check], the one-shot GET a Prober runs per target and round, is exported for callers
 // that need a single check (e.g. re-checking a backend they marked Down themselves).
 //
@@ -29,9 +36,11 @@
 //	p, err := health.NewProber(health.ProbeConfig{}, []health.Target{
 //		{ID: "vllm-0", URL: "http://10.0.0.5:8000"},
 //		{ID: "vllm-1", URL: "http://10.0.0.6:8000"},
-//	}, health.WithObserver(sched.OnHealthChange))
+//	}, health.WithReporter(sched.Observe))
 //	if err != nil { ... }
 //	go p.Run(ctx) // stops when ctx is done
+//	// operator: sched.OnBackendDraining("vllm-1") ... sched.Undrain("vllm-1")
+//	// reload: cancel ctx, sched.Health().Retain(newIDs), start a new Prober the same way
 //
 // Users with their own health checker call the Scheduler's OnBackendDown/OnBackendUp
 // directly, or mark a [Set] and subscribe to it.

@@ -169,12 +169,40 @@ func WithObserver(fn func(Transition)) ProberOption {
 	})
 }
 
+// WithReporter adds fn to the functions called with the Prober's verdict on a target —
+// healthy true or false — the first time it has one and every time it changes: a target's
+// first successful probe reports true at once; FailureThreshold consecutive failures
+// report false; after that, each change (the thresholds of [Prober]) is reported. So a
+// new Prober reports its full view instead of differences from an assumed "all healthy",
+// and whatever held the old view converges to the new one: a backend an earlier prober
+// marked Down is reported healthy after one successful probe. Until a target has a
+// verdict nothing is reported for it and the receiver keeps what it knew.
+//
+// Typical use: WithReporter(scheduler.Observe), or a func calling [Set.Observe] — both
+// record observations and never end an operator's drain. Reporters are called one at a
+// time, in target order within a round and in round order, on the goroutine running the
+// round, after the round's results are applied and outside the locks that guard them; a
+// reporter must not call [Prober.ProbeOnce] (it would wait for itself). With several
+// WithReporter options each verdict goes to all of them in option order. nil is ignored.
+func WithReporter(fn func(id string, healthy bool)) ProberOption {
+	return proberOptionFunc(func(p *Prober) {
+		if fn != nil {
+			p.reporters = append(p.reporters, fn)
+		}
+	})
+}
+
 // Prober is an optional active health checker for users who have none: it sends an HTTP
 // GET to every target's URL + Path each interval and tracks consecutive results. A target
 // starts Healthy; FailureThreshold consecutive failures mark it Down, then
 // SuccessThreshold consecutive successes mark it Healthy again. A 2xx response is a
 // success; any other status, a transport error (e.g. connection refused) or a timeout is a
-// failure. The Prober never reports Draining.
+// failure. The Prober never reports Draining: drains are operator intent, kept by [Set].
+//
+// Replacing a Prober (configuration reload, restart of the checker): give the new one a
+// [WithReporter] wired to the same receiver and call [Set.Retain] with its target IDs;
+// the receiver then converges to the new Prober's view (see WithReporter). [WithObserver]
+// transitions start from "all Healthy" and are kept for compatibility.
 //
 // It starts no goroutine of its own outside [Prober.Run] and [Prober.ProbeOnce], and those
 // join every goroutine they start before returning. Rounds are serialized: concurrent
@@ -185,15 +213,24 @@ type Prober struct {
 	client    *http.Client
 	ticks     <-chan time.Time
 	observers []func(Transition)
+	reporters []func(id string, healthy bool)
 	states    Set // mirror of the targets' states; delivers observer calls
 
-	roundMu sync.Mutex // serializes rounds; guards targets[i].fails/succs/state
+	roundMu  sync.Mutex // serializes rounds; guards targets[i].fails/succs/state/known
+	reportMu sync.Mutex // serializes reporter calls, taken before roundMu is released
 }
 
 type probeTarget struct {
 	id, url      string
 	fails, succs int
 	state        State
+	known        bool // the target has a verdict (reported to reporters)
+}
+
+// verdict is one report for the reporters.
+type verdict struct {
+	id      string
+	healthy bool
 }
 
 // NewProber validates cfg and targets and returns a Prober with every target Healthy.
@@ -285,16 +322,30 @@ func (p *Prober) ProbeOnce(ctx context.Context) {
 	p.roundMu.Lock()
 	ok, counted := p.probeAll(ctx)
 	turn := false
+	var verdicts []verdict
 	for i := range p.targets {
 		if !counted[i] {
 			continue
 		}
-		if to, changed := p.targets[i].record(ok[i], p.cfg); changed {
-			_, _, t := p.states.update(p.targets[i].id, to)
-			turn = turn || t
+		to, report := p.targets[i].record(ok[i], p.cfg)
+		if !report {
+			continue
+		}
+		if len(p.reporters) > 0 {
+			verdicts = append(verdicts, verdict{p.targets[i].id, to == Healthy})
+		}
+		down := to == Down
+		_, _, t := p.states.update(p.targets[i].id, func(entry) entry { return makeEntry(down, false) })
+		turn = turn || t
+	}
+	p.reportMu.Lock()
+	p.roundMu.Unlock()
+	for _, v := range verdicts {
+		for _, fn := range p.reporters {
+			fn(v.id, v.healthy)
 		}
 	}
-	p.roundMu.Unlock()
+	p.reportMu.Unlock()
 	if turn {
 		p.states.deliver()
 	}
@@ -350,15 +401,17 @@ func Check(ctx context.Context, client *http.Client, url string) bool {
 	return err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299
 }
 
-// record applies one probe result and returns the new state if it changed.
+// record applies one probe result and returns the target's state and whether it is a
+// verdict to report: the first one (the first success, or FailureThreshold consecutive
+// failures of a target without a verdict) or a change.
 func (t *probeTarget) record(ok bool, cfg resolved) (State, bool) {
 	if ok {
 		t.fails = 0
 		if t.succs < cfg.successThreshold {
 			t.succs++
 		}
-		if t.state == Down && t.succs >= cfg.successThreshold {
-			t.state = Healthy
+		if !t.known || (t.state == Down && t.succs >= cfg.successThreshold) {
+			t.known, t.state = true, Healthy
 			return Healthy, true
 		}
 		return t.state, false
@@ -367,8 +420,8 @@ func (t *probeTarget) record(ok bool, cfg resolved) (State, bool) {
 	if t.fails < cfg.failureThreshold {
 		t.fails++
 	}
-	if t.state == Healthy && t.fails >= cfg.failureThreshold {
-		t.state = Down
+	if (!t.known || t.state == Healthy) && t.fails >= cfg.failureThreshold {
+		t.known, t.state = true, Down
 		return Down, true
 	}
 	return t.state, false
