@@ -103,8 +103,9 @@ type Config struct {
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
 	ModelTiers map[string]string `yaml:"model_tiers"`
-	// RequireSession rejects requests without a session ID (JSON 400) instead of routing
-	// them without a binding.
+	// RequireSession rejects generation requests (POST .../chat/completions, completions,
+	// responses, messages) without a session ID (JSON 400) instead of routing them
+	// without a binding; other requests (GET /v1/models, ...) are always routed.
 	RequireSession bool `yaml:"require_session"`
 	// MaxBodyBytes caps request bodies in bytes (larger -> JSON 413). 0 means 8 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`

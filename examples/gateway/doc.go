@@ -24,7 +24,8 @@
 //     (for example "" when every backend has a tier, or a tier that only sets a TTL)
 //     uses all backends.
 //  6. With a session ID: [affinity.Scheduler.SelectBackend]. Without one: JSON 400 when
-//     require_session is set; otherwise the request is routed like "affinity off" —
+//     require_session is set and the request is a generation call (POST to a path ending
+//     in /chat/completions, /completions, /responses or /messages); otherwise the request is routed like "affinity off" —
 //     rendezvous hashing over the X-Request-Id header (or a random key) among the
 //     candidates that are not Down, storing no binding and counting neither hit nor miss.
 //  7. Library errors become JSON errors: session ID too long or tier too long -> 400,

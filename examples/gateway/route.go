@@ -53,7 +53,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st := &route{rt: rt, session: session, tier: tier, in: r, body: body}
 	if session == "" {
-		if rt.cfg.RequireSession {
+		if rt.cfg.RequireSession && needsSession(r) {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
 				"missing session ID: send one of the headers "+strings.Join(rt.cfg.SessionHeaders, ", "))
 			return
@@ -81,6 +81,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	g.proxy.ServeHTTP(w, out)
+}
+
+// needsSession reports whether require_session applies to r: a POST to a generation
+// endpoint (a path ending in /chat/completions, /completions, /responses or /messages).
+// Everything else — GET /v1/models, /health, /version, /tokenize, embeddings — has no
+// session to keep and is routed without one even when require_session is set.
+func needsSession(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	for _, suffix := range [...]string{"/chat/completions", "/completions", "/responses", "/messages"} {
+		if strings.HasSuffix(p, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // route is the per-request routing state shared by Rewrite, the retry transport,
