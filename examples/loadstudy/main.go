@@ -21,9 +21,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/term"
 )
 
 func main() {
@@ -31,6 +34,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadstudy:", err)
 		os.Exit(1)
 	}
+}
+
+// progressTo returns where the progress bars go: f when it is a terminal and not quiet,
+// else nil (no bar), so redirected output, logs and CI never get bar frames.
+func progressTo(f *os.File, quiet bool) io.Writer {
+	if quiet || f == nil || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return f
 }
 
 func run(args []string) error {
@@ -45,7 +57,7 @@ func run(args []string) error {
 	fs.IntVar(&p.MaxTokens, "max-tokens", p.MaxTokens, "output tokens per answer")
 	fs.Float64Var(&p.TimeScale, "time-scale", p.TimeScale, "multiplies every simulated backend duration")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "seed for prompts and session IDs")
-	quiet := fs.Bool("quiet", false, "no progress bar")
+	quiet := fs.Bool("quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -55,9 +67,7 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if !*quiet {
-		p.Progress = os.Stderr
-	}
+	p.Progress = progressTo(os.Stderr, *quiet)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	results, err := Run(ctx, p)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // defaultTrace is the Mooncake conversation trace relative to examples/ (the directory
@@ -211,13 +212,11 @@ func describeModel(m ServiceModel) string {
 		m.Overhead, m.PrefillPerToken, m.DecodePerToken)
 }
 
+// isTerminal reports whether w is a terminal (golang.org/x/term): not a file, a pipe or
+// /dev/null, so the progress bar never lands in logs or CI output.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

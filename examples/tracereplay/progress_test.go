@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The progress bar is shown on a terminal only; /dev/null is a character device but not
+// a terminal, so redirecting stderr there (or to a file, a pipe, a buffer) shows none.
+func TestIsTerminal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr.log"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = devnull.Close() })
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+
+	assert.False(t, isTerminal(f), "file")
+	assert.False(t, isTerminal(devnull), "/dev/null")
+	assert.False(t, isTerminal(w), "pipe")
+	assert.False(t, isTerminal(&bytes.Buffer{}), "buffer")
+}
