@@ -54,6 +54,12 @@ func TestGrafanaDashboard(t *testing.T) {
 					used[n] = true
 				}
 				assert.Equal(t, strings.Count(tg.Expr, "("), strings.Count(tg.Expr, ")"), "unbalanced parentheses in %q", tg.Expr)
+				// A ratio over an idle tier (no hits, no misses: e.g. an empty "other")
+				// would be 0/0 = NaN; the denominator must drop zero series.
+				if _, den, ok := strings.Cut(tg.Expr, " / "); ok {
+					assert.True(t, strings.HasSuffix(strings.TrimSpace(den), "> 0)") || strings.Contains(den, "clamp_min("),
+						"expr %q divides by a denominator that can be 0 (NaN series): guard it with \"> 0\"", tg.Expr)
+				}
 				assert.NotEmpty(t, tg.RefID)
 			}
 		})
