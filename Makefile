@@ -5,10 +5,22 @@ GO ?= go
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: test fmt-check vet race bench tidy-check peers
+.PHONY: test fmt-check vet race bench tidy-check peers work modules-check
 
-## test: gofmt check, go vet and race-enabled tests in every module.
-test: fmt-check vet race
+## test: go.work up to date, gofmt check, go vet and race-enabled tests in every module,
+## then every nested module built alone against the versions it requires.
+test: work fmt-check vet race modules-check
+
+## work: (re)write go.work — every module found by git (nested ones included, so a new
+## module joins by itself), each required version replaced by its directory. Commit it.
+work:
+	@cd internal/tools && GOWORK=off $(GO) run ./cmd/modcheck -root ../.. -work
+
+## modules-check: each nested module builds with GOWORK=off against the core's required
+## version (and its siblings'), served from a file-based module proxy made from this
+## tree; fails on replace directives or placeholder versions of our modules. RELEASING.md.
+modules-check:
+	@cd internal/tools && $(GO) run ./cmd/modcheck -root ../..
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

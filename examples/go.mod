@@ -2,14 +2,9 @@ module github.com/agentserve/sessionaffinity/examples
 
 go 1.26.0
 
-replace (
-	github.com/agentserve/sessionaffinity => ../
-	github.com/agentserve/sessionaffinity/metrics/prometheus => ../metrics/prometheus
-)
-
 require (
-	github.com/agentserve/sessionaffinity v0.0.0-00010101000000-000000000000
-	github.com/agentserve/sessionaffinity/metrics/prometheus v0.0.0-00010101000000-000000000000
+	github.com/agentserve/sessionaffinity v0.2.0
+	github.com/agentserve/sessionaffinity/metrics/prometheus v0.2.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -18,6 +13,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/term v0.44.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -44,7 +40,6 @@ require (
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/term v0.44.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

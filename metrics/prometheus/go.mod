@@ -2,8 +2,6 @@ module github.com/agentserve/sessionaffinity/metrics/prometheus
 
 go 1.25.0
 
-replace github.com/agentserve/sessionaffinity => ../..
-
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -18,7 +16,7 @@ require (
 )
 
 require (
-	github.com/agentserve/sessionaffinity v0.0.0-00010101000000-000000000000
+	github.com/agentserve/sessionaffinity v0.2.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/stretchr/testify v1.12.1
 )
