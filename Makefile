@@ -5,7 +5,7 @@ GO ?= go
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: test fmt-check vet race bench tidy-check peers work modules-check
+.PHONY: test fmt-check vet race bench tidy-check peers work modules-check trace
 
 ## test: go.work up to date, gofmt check, go vet and race-enabled tests in every module,
 ## then every nested module built alone against the versions it requires.
@@ -46,3 +46,19 @@ bench:
 ## missing. Takes a few minutes; not part of `make test` or CI. PEERS_ARGS go to peer-bench.
 peers:
 	@bash bench/peers/run.sh $(PEERS_ARGS)
+
+## trace: download the Mooncake FAST'25 conversation trace that tracereplay and its tests
+## read, to TRACE (default: next to the repository, never inside it), and check its
+## SHA-256 (a present file with the right checksum is left alone). Needs curl and
+## access to raw.githubusercontent.com.
+TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
+TRACE_URL := https://raw.githubusercontent.com/kvcache-ai/Mooncake/3b5a594133958449a1feaf1c9e0fc1b553e34a28/FAST25-release/traces/conversation_trace.jsonl
+TRACE_SHA256 := b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df
+trace:
+	@if [ -f "$(TRACE)" ] && echo "$(TRACE_SHA256)  $(TRACE)" | sha256sum -c --status; then \
+		echo "trace: $(TRACE) present, sha256 ok"; exit 0; fi; \
+	mkdir -p "$$(dirname "$(TRACE)")" && tmp="$(TRACE).part" && \
+	echo "trace: downloading $(TRACE_URL)" && \
+	if curl -fL --retry 3 -o "$$tmp" "$(TRACE_URL)" && echo "$(TRACE_SHA256)  $$tmp" | sha256sum -c --status; then \
+		mv "$$tmp" "$(TRACE)" && echo "trace: $(TRACE) (sha256 ok)"; \
+	else rm -f "$$tmp"; echo "trace: download failed or sha256 mismatch (want $(TRACE_SHA256))" >&2; exit 1; fi

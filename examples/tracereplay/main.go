@@ -104,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	f, err := os.Open(o.trace)
 	if err != nil {
-		return err
+		return missingTrace(o.trace, err)
 	}
 	tr, err := ReadTrace(f)
 	f.Close()

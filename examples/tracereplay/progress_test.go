@@ -28,3 +28,18 @@ func TestIsTerminal(t *testing.T) {
 	assert.False(t, isTerminal(w), "pipe")
 	assert.False(t, isTerminal(&bytes.Buffer{}), "buffer")
 }
+
+// Without the trace, tracereplay says where it comes from and how to get it.
+func TestMissingTraceSaysHowToGetIt(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-trace.jsonl")
+	err := run([]string{"-trace", missing, "-quiet"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	for _, want := range []string{"make trace", traceURL, traceSHA256, traceCommit, "kvcache-ai/Mooncake", missing} {
+		assert.Contains(t, err.Error(), want)
+	}
+	// Other open errors are not dressed up as a missing trace.
+	err = run([]string{"-trace", t.TempDir(), "-quiet"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "make trace")
+}
