@@ -43,3 +43,20 @@ func TestMissingTraceSaysHowToGetIt(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "make trace")
 }
+
+// -csv and -plot create missing parent directories (the README writes to out/, which
+// .gitignore covers).
+func TestOutputsCreateParentDirectories(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(
+		`{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]}`+"\n"+
+			`{"timestamp": 1000, "input_length": 1200, "output_length": 10, "hash_ids": [0, 1, 2]}`+"\n"), 0o644))
+	dir := filepath.Join(t.TempDir(), "out", "nested")
+	csv, png := filepath.Join(dir, "r.csv"), filepath.Join(dir, "r.png")
+	require.NoError(t, run([]string{"-trace", trace, "-backends", "2", "-csv", csv, "-plot", png, "-quiet"}, &bytes.Buffer{}, &bytes.Buffer{}))
+	for _, f := range []string{csv, png} {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		assert.Positive(t, fi.Size(), f)
+	}
+}
