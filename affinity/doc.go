@@ -42,12 +42,6 @@
 //  5. No failback: OnBackendUp only records the backend as observed up; bindings never
 //     move back. A valid binding is not moved by scale-up, other backends' flapping or
 //     candidate order.
-//  12. Drain is operator intent, health is observation (the health.Set keeps both): the
-//     effective state is Down if the backend is observed down, else Draining if drained,
-//     else Healthy. OnBackendDown, OnBackendUp, [Scheduler.Observe] and OnHealthChange's
-//     Healthy/Down record observations and never end a drain; OnBackendDraining drains and
-//     only [Scheduler.Undrain] ends the drain. A drained backend that fails and then passes
-//     its health checks is Draining again and takes no new sessions.
 //  6. TTL: default 1800 s; 0 disables affinity (every call a miss returning the HRW winner,
 //     nothing stored). Expired when now >= lastUse + TTL. Only a hit extends a binding;
 //     [Scheduler.Lookup] never does. A JSON/YAML config without the key gets 1800, with 0
@@ -64,6 +58,12 @@
 //  10. Memory is bounded by Config.MaxBindings (default 1,048,576); at the cap the LRU
 //     binding of the shard is evicted and counted. No goroutine runs in the background.
 //  11. Metrics carry the tier only, never a session or backend ID.
+//  12. Drain is operator intent, health is observation (the health.Set keeps both): the
+//     effective state is Down if the backend is observed down, else Draining if drained,
+//     else Healthy. OnBackendDown, OnBackendUp, [Scheduler.Observe] and OnHealthChange's
+//     Healthy/Down record observations and never end a drain; OnBackendDraining drains and
+//     only [Scheduler.Undrain] ends the drain. A drained backend that fails and then passes
+//     its health checks is Draining again and takes no new sessions.
 //
 // # Decisions where the contract is silent
 //

@@ -114,3 +114,24 @@ func ExampleTable() {
 	fmt.Println(id, ok, t.DeleteBackend("vllm-3"), t.Len())
 	// Output: vllm-3 true 1 0
 }
+
+// An operator drains a backend; its health checks fail and pass again, and it is still
+// draining: only Undrain puts it back into new placements.
+func ExampleScheduler_Undrain() {
+	sched, err := affinity.New(affinity.Config{})
+	if err != nil {
+		panic(err)
+	}
+	h := sched.Health()
+	sched.OnBackendDraining("vllm-1") // operator: no new sessions
+	sched.Observe("vllm-1", false)    // health check: down (its bindings are dropped)
+	fmt.Println(h.State("vllm-1"))
+	sched.Observe("vllm-1", true) // health check: up again
+	fmt.Println(h.State("vllm-1"))
+	sched.Undrain("vllm-1") // operator: back in service
+	fmt.Println(h.State("vllm-1"))
+	// Output:
+	// down
+	// draining
+	// healthy
+}
