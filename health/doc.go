@@ -10,7 +10,7 @@
 // [Set.Forget] drop backends no longer configured. Lookups on the request path ([Set.State],
 // [Set.AllHealthy]) are lock-free and allocation-free: they read an immutable map through
 // an atomic pointer, which writers (rare: a health change) replace with a modified copy.
-// Every change that takes effect is reported as a [Transition] to subscribers
+// Every change of the effective state is reported as a [Transition] to subscribers
 // ([Set.Subscribe]), one at a time, in order, and outside any lock, so a subscriber may
 // call back into the Set.
 //
