@@ -57,12 +57,6 @@ func (m Module) TagPrefix() string {
 	return m.Dir + "/"
 }
 
-// Internal reports whether the module is repository tooling (a directory named
-// "internal" on its path): it is checked like any module but not released.
-func (m Module) Internal() bool {
-	return slices.Contains(strings.Split(m.Dir, "/"), "internal")
-}
-
 // Discover lists the modules of the git work tree at root: every go.mod that git tracks
 // or would track (untracked files not ignored by .gitignore count, so a module being
 // added is found before its first commit), outside testdata directories. Each module's
