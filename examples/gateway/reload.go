@@ -108,15 +108,14 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 	for _, b := range old.backends {
 		if rt.byID[b.id] == nil {
-			// Drained: not a candidate any more. Clear its health state so that, added
-			// again later, it is not held Down by a mark nothing would lift.
+			// Drained: not a candidate any more. Forget its health state (observation and
+			// operator drain) so that, added again later, it is not held Down or Draining by
+			// a mark nothing would lift.
 			removed = append(removed, b.id)
 			g.mu.Lock()
 			delete(g.passive, b.id)
 			g.mu.Unlock()
-			if rt.sched.Health().State(b.id) == health.Down {
-				rt.sched.OnBackendUp(b.id)
-			}
+			rt.sched.Health().Forget(b.id)
 			continue
 		}
 		// The new prober starts from Healthy (with health disabled there is none): a
