@@ -13,7 +13,7 @@ import (
 	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-const benchSessions = 1024 // working set of the hit benchmarks
+const benchSessions = 4096 // hot set of the hit benchmarks (a power of two)
 
 // parallelStart gives each RunParallel goroutine its own starting point in the session
 // list, so that concurrent goroutines work on different sessions (as concurrent requests
@@ -72,6 +72,71 @@ func BenchmarkBaselineRWMutexMap(b *testing.B) {
 			}
 		})
 	})
+}
+
+// Baseline for the hit path (the floor for a sliding TTL): a map[string]entry
+// under one sync.Mutex whose lookup also writes the entry's last-use time, read from an
+// atomic clock word as CoarseClock's is. "value" stores the entry back (a second hash, as
+// a map of structs needs); "pointer" writes through a *entry (one hash): the faster of
+// the two is the floor the README's ratios use.
+func BenchmarkBaselineMutexMap(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	type entry struct {
+		backend string
+		lastUse int64
+	}
+	var now atomic.Int64
+	now.Store(1)
+	var mu sync.Mutex
+	vals := make(map[string]entry, len(ids))
+	ptrs := make(map[string]*entry, len(ids))
+	for _, id := range ids {
+		vals[id] = entry{backend: "b00", lastUse: 1}
+		ptrs[id] = &entry{backend: "b00", lastUse: 1}
+	}
+	lookups := map[string]func(id string) bool{
+		"value": func(id string) bool {
+			mu.Lock()
+			e, ok := vals[id]
+			if ok {
+				e.lastUse = now.Load()
+				vals[id] = e
+			}
+			mu.Unlock()
+			return ok
+		},
+		"pointer": func(id string) bool {
+			mu.Lock()
+			e, ok := ptrs[id]
+			if ok {
+				e.lastUse = now.Load()
+			}
+			mu.Unlock()
+			return ok
+		},
+	}
+	for _, kind := range []string{"value", "pointer"} {
+		lookup := lookups[kind]
+		b.Run(kind+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if !lookup(ids[i&(benchSessions-1)]) {
+					b.Fatal("miss")
+				}
+			}
+		})
+		b.Run(kind+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for i := parallelStart(&next); pb.Next(); i++ {
+					if !lookup(ids[i&(benchSessions-1)]) {
+						b.Fatal("miss")
+					}
+				}
+			})
+		})
+	}
 }
 
 func newBenchScheduler(b *testing.B, cfg affinity.Config, opts ...affinity.Option) *affinity.Scheduler {
@@ -167,6 +232,37 @@ func BenchmarkMiss(b *testing.B) {
 			})
 		}
 	}
+	// Baseline for the miss path: hrw.Pick over prepared nodes plus an insert into a
+	// map[string]entry under a sync.Mutex, growing from empty like "fresh".
+	for _, n := range []int{8, 64, 512} {
+		bs := backends(b, n)
+		nodes := make([]hrw.Node, len(bs))
+		for i := range bs {
+			nodes[i] = bs[i].Node()
+		}
+		type entry struct {
+			backend string
+			lastUse int64
+		}
+		b.Run(fmt.Sprintf("baseline-map-insert+pick/cands=%d", n), func(b *testing.B) {
+			const usable = pool - 1<<16
+			var mu sync.Mutex
+			m := make(map[string]entry)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if i%usable == 0 && i > 0 {
+					b.StopTimer()
+					m = make(map[string]entry)
+					b.StartTimer()
+				}
+				id := ids[i%usable]
+				w := hrw.Pick(hrw.KeyHash(id), nodes)
+				mu.Lock()
+				m[id] = entry{backend: nodes[w].ID(), lastUse: int64(i)}
+				mu.Unlock()
+			}
+		})
+	}
 	b.Run("hrw.Pick/cands=64", func(b *testing.B) {
 		bs := backends(b, 64)
 		nodes := make([]hrw.Node, len(bs))
@@ -208,6 +304,48 @@ func BenchmarkOnBackendDown1M(b *testing.B) {
 		s.OnBackendUp(id)
 		if i%64 == 63 {
 			fillMillion(b, s, bs)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(removed)/float64(b.N), "removed/op")
+}
+
+// BenchmarkBaselineDeleteList1M is OnBackendDown1M's baseline: a map of 1,000,000
+// bindings under a sync.Mutex with, per backend, a precomputed list of its session keys;
+// dropping a backend deletes the keys on its list. Run with -benchtime=1x (or small N).
+func BenchmarkBaselineDeleteList1M(b *testing.B) {
+	bs := backends(b, 64)
+	nodes := make([]hrw.Node, len(bs))
+	for i := range bs {
+		nodes[i] = bs[i].Node()
+	}
+	type entry struct {
+		backend string
+		lastUse int64
+	}
+	var mu sync.Mutex
+	m := make(map[string]entry, 1_000_000)
+	lists := make(map[string][]string, len(bs))
+	for i := range 1_000_000 {
+		id := sessionID(i)
+		w := nodes[hrw.Pick(hrw.KeyHash(id), nodes)].ID()
+		m[id] = entry{backend: w, lastUse: 1}
+		lists[w] = append(lists[w], id)
+	}
+	b.ReportAllocs()
+	removed := 0
+	b.ResetTimer()
+	for i := range b.N {
+		id := bs[i%64].ID()
+		mu.Lock()
+		for _, k := range lists[id] {
+			delete(m, k)
+		}
+		mu.Unlock()
+		removed += len(lists[id])
+		b.StopTimer()
+		for _, k := range lists[id] {
+			m[k] = entry{backend: id, lastUse: 1}
 		}
 		b.StartTimer()
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	rendezvous "github.com/dgryski/go-rendezvous"
 	"github.com/zeebo/xxh3"
 
 	"github.com/agentserve/sessionaffinity/hrw"
@@ -166,6 +167,40 @@ func BenchmarkFloor(b *testing.B) {
 					}
 				}
 				sink += bi
+			}
+		})
+	}
+}
+
+// BenchmarkRendezvous is the reference the issue sets: github.com/dgryski/go-rendezvous
+// (a loop of one xorshift-multiply mix and one compare over contiguous node hashes),
+// with xxh3 as its hash so that it hashes the key exactly as KeyHash does. Its placement
+// differs from this package's; only the cost is compared (goal: Pick and Ranker.Pick with
+// equal weights <= 1.0x this, same sizes, same run).
+func BenchmarkRendezvous(b *testing.B) {
+	for _, n := range benchSizes {
+		ids := nodeIDs(benchNodes(b, n, false))
+		r := rendezvous.New(ids, xxh3.HashString)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := range b.N {
+				sink += len(r.Lookup(benchKeys[i&1023]))
+			}
+		})
+	}
+}
+
+func BenchmarkRankerPickWeighted(b *testing.B) {
+	for _, n := range benchSizes {
+		r, err := hrw.New(benchNodes(b, n, true))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := range b.N {
+				node, _ := r.Pick(hrw.KeyHash(benchKeys[i&1023]))
+				sink += len(node.ID())
 			}
 		})
 	}
