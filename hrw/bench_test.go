@@ -25,7 +25,7 @@ var benchKeys = func() []string {
 
 var sink int
 
-func benchNodes(b *testing.B, n int, mixed bool) []hrw.Node {
+func benchNodes(b testing.TB, n int, mixed bool) []hrw.Node {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	nodes := make([]hrw.Node, n)
 	for i := range nodes {

@@ -39,13 +39,12 @@ type offered struct {
 // A Best is a small mutable value (about 1 KiB): not safe for concurrent use; keep one
 // per goroutine (a local variable is fine).
 type Best struct {
-	key      uint64
-	bn       *Node   // current best, nil if none
-	bi       int     // caller's index of bn
-	bp       int     // position of bn among the offers
-	bm       uint64  // Mix>>11 of bn
-	bs       float64 // score of bn, 0 if not computed
-	count    int     // offers so far
+	kp       uint64 // premix(keyHash)
+	bn       *Node  // current best, nil if none
+	bi       int    // caller's index of bn
+	bp       int    // position of bn among the offers
+	l        leader // bn's m, weight, ID, bounds and score
+	count    int    // offers so far
 	w0       float64 // weight of the first offer
 	varied   bool    // an offer had a weight other than w0
 	resolved bool    // Index has checked duplicates for the current best
@@ -57,7 +56,7 @@ type Best struct {
 // overflow buffer. O(1), 0 allocs.
 func (b *Best) Reset(keyHash uint64) {
 	more := b.more[:0]
-	b.key, b.bn, b.bi, b.bp, b.bm, b.bs, b.count, b.resolved = keyHash, nil, -1, 0, 0, 0, 0, false
+	b.kp, b.bn, b.bi, b.bp, b.count, b.resolved = premix(keyHash), nil, -1, 0, 0, false
 	b.w0, b.varied = 0, false
 	b.more = more
 }
@@ -85,23 +84,11 @@ func (b *Best) Offer(i int, n *Node) {
 	if n.weight == 0 {
 		return
 	}
-	m := splitmix64(b.key^n.hash) >> 11
-	switch {
-	case b.bn == nil:
-	case n.weight == b.bn.weight:
-		if m < b.bm || (m == b.bm && n.id >= b.bn.id) {
-			return
-		}
-	default:
-		win, s, bs := weighed(n.weight, m, n.id, b.bn, b.bm, b.bs)
-		if !win {
-			b.bs = bs
-			return
-		}
-		b.bn, b.bi, b.bp, b.bm, b.bs, b.resolved = n, i, p, m, s, false
-		return
+	m := finish(b.kp^n.pre) >> 11
+	if b.bn == nil || b.l.beatenBy(n.weight, m, n.id) {
+		b.bn, b.bi, b.bp, b.resolved = n, i, p, false
+		b.l.set(n.weight, m, n.id)
 	}
-	b.bn, b.bi, b.bp, b.bm, b.bs, b.resolved = n, i, p, m, 0, false
 }
 
 // at returns the p-th offer.
@@ -148,7 +135,7 @@ func (b *Best) dupBefore(p int) bool {
 	n := b.at(p).n
 	for q := 0; q < p; q++ {
 		o := b.at(q).n
-		if o.hash == n.hash && o.id == n.id {
+		if o.pre == n.pre && o.id == n.id {
 			return true
 		}
 	}
@@ -164,13 +151,14 @@ func (b *Best) exact() {
 		if o.n.weight == 0 {
 			continue
 		}
-		c := keyOf(b.key, o.n, p)
+		c := keyOf(b.kp, o.n, p)
 		if b.bn != nil && !before(&c, &best) {
 			continue
 		}
 		if b.dupBefore(p) {
 			continue
 		}
-		b.bn, b.bi, b.bp, b.bm, b.bs, best = o.n, o.i, p, c.m, 0, c
+		b.bn, b.bi, b.bp, best = o.n, o.i, p, c
+		b.l.set(o.n.weight, c.m, o.n.id)
 	}
 }

@@ -58,7 +58,13 @@
 //
 // For a fixed weight s is monotone in m, so two nodes of equal weight are ordered by
 // (m, ID) with no logarithm: with all weights equal a selection costs one mix and one
-// integer compare per node and looks at IDs only on an exact 53-bit tie. (This needs
+// integer compare per node and looks at IDs only on an exact 53-bit tie. The first step
+// of splitmix64, x ^ x>>30, is linear over XOR, so each [Node] stores its hash with that
+// step applied and a selection applies it to the key hash once. Up to 64 nodes the loop
+// is branch-free (the index rides in the 11 bits below m; a tie is detected, not
+// resolved, and sends the call to the exact path); above, it is unrolled by four with one
+// well-predicted compare per node. [Ranker] keeps the hashes contiguous (structure of
+// arrays) and checks weights and duplicates once, at [New]. (This needs
 // the computed ln to be non-decreasing on the 2^-53 grid of u, where neighbouring values
 // of ln differ by at least an ulp of the result; the tests check it for Go's math.Log
 // near the boundaries and on random neighbours.)

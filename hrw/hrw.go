@@ -30,11 +30,13 @@ const (
 // Node is one member of a rendezvous set: an ID, its precomputed [NodeHash] and a weight.
 //
 // Build it with [NewNode]; a Node is an immutable value and cheap to copy (32 bytes).
+// It stores the node hash with the first xorshift of splitmix64 already applied (see
+// premix), which saves two operations per node in every selection.
 // The zero Node has an empty ID and weight 0: it never wins and is skipped by every
 // selection function, but [New] rejects it with [ErrEmptyID].
 type Node struct {
 	id     string
-	hash   uint64
+	pre    uint64 // premix(NodeHash(id))
 	weight float64
 }
 
@@ -55,7 +57,7 @@ func NewNode(id string, weight float64) (Node, error) {
 	if weight == 0 {
 		weight = 0 // -0 -> +0: equal weights have equal bits (the fast path compares bits)
 	}
-	return Node{id: id, hash: NodeHash(id), weight: weight}, nil
+	return Node{id: id, pre: premix(NodeHash(id)), weight: weight}, nil
 }
 
 func validWeight(w float64) bool {
@@ -66,7 +68,7 @@ func validWeight(w float64) bool {
 func (n Node) ID() string { return n.id }
 
 // Hash returns [NodeHash] of the node's ID, computed once by [NewNode]. O(1).
-func (n Node) Hash() uint64 { return n.hash }
+func (n Node) Hash() uint64 { return unpremix(n.pre) }
 
 // Weight returns the node's weight (0 = never wins). O(1).
 func (n Node) Weight() float64 { return n.weight }
@@ -94,8 +96,18 @@ func Mix(keyHash, nodeHash uint64) uint64 { return splitmix64(keyHash ^ nodeHash
 
 // splitmix64 is the output function (finalizer) of SplitMix64 with the constants of
 // Vigna's splitmix64.c.
-func splitmix64(x uint64) uint64 {
-	x ^= x >> 30
+func splitmix64(x uint64) uint64 { return finish(premix(x)) }
+
+// premix is the first step of splitmix64, x ^ x>>30. It is linear over XOR, so
+// premix(k ^ n) = premix(k) ^ premix(n): a selection premixes the key hash once and
+// finishes premix(k) ^ node.pre per node, exactly splitmix64(k ^ n).
+func premix(x uint64) uint64 { return x ^ x>>30 }
+
+// unpremix inverts premix: if y = x ^ x>>30 then x = y ^ y>>30 ^ y>>60.
+func unpremix(y uint64) uint64 { return y ^ y>>30 ^ y>>60 }
+
+// finish is splitmix64 after its first step: two multiply-xorshift rounds.
+func finish(x uint64) uint64 {
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
@@ -123,7 +135,7 @@ func Score(keyHash uint64, n Node) float64 {
 	if n.weight == 0 {
 		return 0
 	}
-	return score(n.weight, Mix(keyHash, n.hash)>>11)
+	return score(n.weight, finish(premix(keyHash)^n.pre)>>11)
 }
 
 // score is -w/ln(u(m)) for w > 0.
@@ -173,8 +185,9 @@ type key struct {
 	i  int // caller's index (last tie-break: duplicates)
 }
 
-func keyOf(kh uint64, n *Node, i int) key {
-	return key{m: splitmix64(kh^n.hash) >> 11, w: n.weight, id: n.id, i: i}
+// keyOf returns the key of node n (index i) for the premixed key hash kp.
+func keyOf(kp uint64, n *Node, i int) key {
+	return key{m: finish(kp^n.pre) >> 11, w: n.weight, id: n.id, i: i}
 }
 
 // before reports whether a ranks strictly before b in the canonical order: higher score,

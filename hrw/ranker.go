@@ -4,16 +4,19 @@ import "fmt"
 
 // Ranker is an immutable, validated and deduplicated node set, prepared once for many
 // selections: the snapshot a gateway swaps atomically when its backend list changes.
-// It precomputes whether all weights are equal, in which case every selection takes the
-// ln-free fast path and no duplicate scan is needed.
+// It checks weights and collapses duplicates once, here, so that its selections need no
+// duplicate scan, and it keeps the premixed node hashes in one contiguous slice
+// (structure of arrays, as github.com/dgryski/go-rendezvous does) for the equal-weight
+// loop; mixed weights take the weighted selection of [Pick].
 //
 // A Ranker is safe for concurrent use by any number of goroutines. Its results are
 // identical to [Pick], [Rank] and [TopK] over the nodes given to [New]. The zero Ranker
 // is an empty set (Pick reports false); a nil *Ranker is not usable.
 type Ranker struct {
-	all     []Node // deduplicated, in input order (what Nodes returns)
-	live    []Node // the nodes of all with weight > 0
-	uniform bool   // all live weights are equal
+	all     []Node   // deduplicated, in input order (what Nodes returns)
+	live    []Node   // the nodes of all with weight > 0
+	pre     []uint64 // live[i].pre, contiguous
+	uniform bool     // all live weights are equal
 }
 
 // New returns a Ranker over nodes. Every node must have a non-empty ID ([ErrEmptyID],
@@ -43,6 +46,7 @@ func New(nodes []Node) (*Ranker, error) {
 				r.uniform = false
 			}
 			r.live = append(r.live, n)
+			r.pre = append(r.pre, n.pre)
 		}
 	}
 	return r, nil
@@ -57,22 +61,59 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 
 // Pick returns the winner for keyHash and true, or the zero Node and false if the set
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
-// Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node.
+// Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
+// over a contiguous []uint64 (branch-free up to 32 nodes, unrolled by four above); with
+// varied weights as [Pick] without the duplicate scan.
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	live := r.live
 	if len(live) == 0 {
 		return Node{}, false
 	}
-	bi, _ := pickCore(keyHash, live)
-	return live[bi], true
+	kp := premix(keyHash)
+	if !r.uniform {
+		return live[pickGeneral(kp, live, nil)], true
+	}
+	if len(live) > packedMax {
+		return live[r.maxUnrolled(kp)], true
+	}
+	if i, ok := maxPacked(kp, r.pre); ok {
+		return live[i], true
+	}
+	return live[pickGeneral(kp, live, nil)], true // two nodes may tie on m: decide by ID
+}
+
+// maxUnrolled is the package-level maxUnrolled over the contiguous hashes (no weights).
+func (r *Ranker) maxUnrolled(kp uint64) int {
+	pre, live := r.pre, r.live
+	bi, bx := 0, finish(kp^pre[0])
+	lim := bx &^ 0x7ff
+	i := 1
+	for ; i+4 <= len(pre); i += 4 {
+		q := pre[i : i+4 : i+4]
+		x0, x1, x2, x3 := finish(kp^q[0]), finish(kp^q[1]), finish(kp^q[2]), finish(kp^q[3])
+		if x0 >= lim || x1 >= lim || x2 >= lim || x3 >= lim {
+			for j, x := range [4]uint64{x0, x1, x2, x3} {
+				if x >= lim && (x>>11 != bx>>11 || live[i+j].id < live[bi].id) {
+					bi, bx, lim = i+j, x, x&^0x7ff
+				}
+			}
+		}
+	}
+	for ; i < len(pre); i++ {
+		if x := finish(kp ^ pre[i]); x >= lim && (x>>11 != bx>>11 || live[i].id < live[bi].id) {
+			bi, bx, lim = i, x, x&^0x7ff
+		}
+	}
+	return bi
 }
 
 // Rank returns the nodes with a positive weight in the canonical order, best first
 // (see [Rank]). O(n log n), allocates the result and O(n) scratch.
 func (r *Ranker) Rank(keyHash uint64) []Node {
+	kp := premix(keyHash)
 	keys := make([]key, len(r.live))
 	for i := range r.live {
-		keys[i] = keyOf(keyHash, &r.live[i], i)
+		keys[i] = keyOf(kp, &r.live[i], i)
 	}
 	sortKeys(keys, r.uniform)
 	out := make([]Node, len(keys))
@@ -92,10 +133,11 @@ func (r *Ranker) TopK(dst []Node, keyHash uint64, k int) []Node {
 	if k <= 0 {
 		return dst
 	}
+	kp := premix(keyHash)
 	var thr key
 	for i := range r.live {
 		n := &r.live[i]
-		c := keyOf(keyHash, n, 0)
+		c := keyOf(kp, n, 0)
 		if len(dst) == k {
 			if !outranks(&c, &thr) {
 				continue
@@ -104,7 +146,7 @@ func (r *Ranker) TopK(dst []Node, keyHash uint64, k int) []Node {
 		}
 		j := len(dst)
 		for j > 0 {
-			o := keyOf(keyHash, &dst[j-1], 0)
+			o := keyOf(kp, &dst[j-1], 0)
 			if !before(&c, &o) {
 				break
 			}
@@ -114,7 +156,7 @@ func (r *Ranker) TopK(dst []Node, keyHash uint64, k int) []Node {
 		copy(dst[j+1:], dst[j:])
 		dst[j] = *n
 		if len(dst) == k {
-			thr = keyOf(keyHash, &dst[k-1], 0)
+			thr = keyOf(kp, &dst[k-1], 0)
 		}
 	}
 	return dst
