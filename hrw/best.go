@@ -39,12 +39,12 @@ type offered struct {
 // A Best is a small mutable value (about 1 KiB): not safe for concurrent use; keep one
 // per goroutine (a local variable is fine).
 type Best struct {
-	kp       uint64 // premix(keyHash)
-	bn       *Node  // current best, nil if none
-	bi       int    // caller's index of bn
-	bp       int    // position of bn among the offers
-	l        leader // bn's m, weight, ID, bounds and score
-	count    int    // offers so far
+	kp       uint64  // premix(keyHash)
+	bn       *Node   // current best, nil if none
+	bi       int     // caller's index of bn
+	bp       int     // position of bn among the offers
+	l        leader  // bn's m, weight, ID, bounds and score
+	count    int     // offers so far
 	w0       float64 // weight of the first offer
 	varied   bool    // an offer had a weight other than w0
 	resolved bool    // Index has checked duplicates for the current best

@@ -236,4 +236,3 @@ func scanMixed(kp uint64, nodes []Node, i int, blo float64) (int, uint64) {
 func firstEligible(nodes []Node, i int, eligible func(int) bool) bool {
 	return !dupBefore(nodes, i, eligible)
 }
-
