@@ -150,20 +150,21 @@ func isZero(b *Backend) bool { return b.node.Hash() == 0 && b.node.ID() == "" }
 // findBackend returns the index of the first candidate with this ID (hash compared
 // first), or -1, and in the same pass the index of the first zero Backend (or -1). A zero
 // Backend is the only one with node hash 0 and an empty ID; NewBackend never builds one.
+// One well-predicted branch per candidate: only the match and zero Backends enter it.
 func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 	found, invalid = -1, -1
 	for j := range cands {
-		switch h := cands[j].node.Hash(); {
-		case h == hash:
-			if found < 0 && cands[j].node.ID() == id {
-				found = j
-			} else if invalid < 0 && cands[j].node.ID() == "" { // hash 0: p = 2^-64
+		h := cands[j].node.Hash()
+		if h != hash && h != 0 {
+			continue
+		}
+		switch cid := cands[j].node.ID(); {
+		case cid == "": // the zero Backend (hash 0)
+			if invalid < 0 {
 				invalid = j
 			}
-		case h == 0:
-			if invalid < 0 && cands[j].node.ID() == "" {
-				invalid = j
-			}
+		case found < 0 && h == hash && cid == id:
+			found = j
 		}
 	}
 	return found, invalid

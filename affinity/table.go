@@ -58,20 +58,22 @@ type counters struct {
 }
 
 type shard struct {
-	// The lock and the counters written on every call share a cache line.
+	// What a hit touches comes first and fills two cache lines: the lock, the index and
+	// the chunk table in the first; the LRU lists, the backend slots and the counters
+	// (hits first) in the second.
 	mu       sync.Mutex
-	c        counters
 	idx      index
 	chunks   []*[chunkSize]entry
+	lists    []lruList // one per TTL class; each sorted by lastUse, newest first
+	slots    []backendSlot
+	c        counters
 	free     uint32 // free-list head
 	next     uint32 // next never-used index (starts at 1: index 0 means none)
 	n        int    // live bindings
 	cap      int
-	lists    []lruList // one per TTL class; each sorted by lastUse, newest first
-	slots    []backendSlot
 	slotFree []uint32
 	slotByID map[string]uint32
-	_        [64]byte // keep neighbouring shards' locks off one cache line
+	_        [24]byte // size 256, a multiple of 64: shards start on their own lines
 }
 
 func (sh *shard) at(i uint32) *entry { return &sh.chunks[i>>chunkShift][i&chunkMask] }
