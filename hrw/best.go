@@ -85,10 +85,12 @@ func (b *Best) Offer(i int, n *Node) {
 		return
 	}
 	m := finish(b.kp^n.pre) >> 11
-	if b.bn == nil || b.l.beatenBy(n.weight, m, n.id) {
-		b.bn, b.bi, b.bp, b.resolved = n, i, p, false
+	if b.bn == nil {
 		b.l.set(n.weight, m, n.id)
+	} else if !b.l.beatenBy(n.weight, m, n.id) {
+		return
 	}
+	b.bn, b.bi, b.bp, b.resolved = n, i, p, false
 }
 
 // at returns the p-th offer.

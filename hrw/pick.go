@@ -60,8 +60,8 @@ func pickEqual(kp uint64, nodes []Node) (int, bool) {
 		return -1, true
 	}
 	w0 := math.Float64bits(nodes[0].weight)
-	if w0 == 0 {
-		return 0, false
+	if w0 == 0 || math.Float64bits(nodes[len(nodes)-1].weight) != w0 {
+		return 0, false // (the last node's weight: varied weights leave at once)
 	}
 	if len(nodes) > packedMax {
 		return maxUnrolled(kp, nodes, w0)
@@ -157,11 +157,13 @@ func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
 		if n.weight == 0 || (eligible != nil && !eligible(i)) {
 			continue
 		}
-		if bi < 0 || l.beatenBy(n.weight, m, n.id) {
-			bi = i
+		if bi < 0 {
 			l.set(n.weight, m, n.id)
-			c = pruneScale(l.lower())
+		} else if !l.beatenBy(n.weight, m, n.id) {
+			continue
 		}
+		bi = i
+		c = pruneScale(l.lower())
 	}
 }
 
@@ -208,24 +210,31 @@ func (l *leader) lower() float64 {
 
 // beatenBy reports whether the node (w > 0, m, id) comes before the leader in the
 // canonical order (ignoring input positions). Equal weights compare (m, ID); otherwise
-// the bounds decide, and two logarithms only when they overlap.
+// the bounds decide, and two logarithms only when they overlap. If the node wins it
+// becomes the leader, keeping the bounds and score computed for it.
 func (l *leader) beatenBy(w float64, m uint64, id string) bool {
-	if w != l.w {
-		lo, hi, _ := bounds(w, m)
-		switch {
-		case hi < l.lower():
-			return false
-		case lo > l.hi:
+	if w == l.w {
+		if m > l.m || (m == l.m && id < l.id) {
+			l.set(w, m, id)
 			return true
 		}
+		return false
+	}
+	lo, hi, s := bounds(w, m)
+	switch {
+	case hi < l.lower():
+		return false
+	case lo > l.hi:
+	default:
 		if l.s == 0 {
 			l.s = score(l.w, l.m)
 		}
-		if s := score(w, m); s != l.s {
-			return s > l.s
+		if s = score(w, m); s < l.s || (s == l.s && (m < l.m || (m == l.m && id >= l.id))) {
+			return false
 		}
 	}
-	return m > l.m || (m == l.m && id < l.id)
+	*l = leader{m: m, w: w, id: id, lo: lo, hi: hi, s: s}
+	return true
 }
 
 // dedup applies the duplicate rule to bi, a winner found with later duplicates counted as
