@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 
 	"github.com/agentserve/sessionaffinity/health"
@@ -112,6 +113,9 @@ func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State, error) 
 // ranked by hrw.Pick, a tight loop over a []hrw.Node that is several times faster than
 // feeding hrw.Best one node at a time; both give the same winner.
 func (s *Scheduler) pickAll(kh uint64, cands []Backend) (w, invalid int) {
+	if w, ok := pickEqual(kh, cands); ok {
+		return w, -1
+	}
 	if len(cands) <= pickInline {
 		var buf [pickInline]hrw.Node
 		return pickNodes(kh, cands, buf[:0])
@@ -126,6 +130,33 @@ func (s *Scheduler) pickAll(kh uint64, cands []Backend) (w, invalid int) {
 	}
 	s.nodes.Put(p)
 	return w, invalid
+}
+
+// pickEqual is hrw.Pick over candidates of one weight, computed in place (the nodes are
+// not copied): the candidate with the largest hrw.Mix(kh, hash), which for equal weights
+// is the first in hrw's canonical order unless two candidates share the top 53 bits of
+// it. ok=false sends the caller to hrw.Pick: the weights differ (a zero Backend, weight
+// 0, included) or two mixes tie in their top 53 bits (duplicate IDs included). One mix,
+// one weight compare and one well-predicted branch per candidate.
+func pickEqual(kh uint64, cands []Backend) (int, bool) {
+	w0 := math.Float64bits(cands[0].node.Weight())
+	if w0 == 0 {
+		return 0, false
+	}
+	bi, bx := 0, hrw.Mix(kh, cands[0].node.Hash())
+	for j := 1; j < len(cands); j++ {
+		n := &cands[j].node
+		if math.Float64bits(n.Weight()) != w0 {
+			return 0, false
+		}
+		if x := hrw.Mix(kh, n.Hash()); x >= bx&^0x7ff {
+			if x>>11 == bx>>11 {
+				return 0, false
+			}
+			bi, bx = j, x
+		}
+	}
+	return bi, true
 }
 
 // pickNodes copies the candidates' nodes into scratch[:0] (which must not escape: the
