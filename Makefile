@@ -5,7 +5,7 @@ GO ?= go
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: test fmt-check vet race bench tidy-check peers work modules-check trace
+.PHONY: test fmt-check vet race bench bench-hot tidy-check peers work modules-check trace
 
 ## test: go.work up to date, gofmt check, go vet and race-enabled tests in every module,
 ## then every nested module built alone against the versions it requires.
@@ -35,7 +35,7 @@ race:
 
 ## bench: every benchmark (COUNT=6 BENCHTIME=300ms for benchstat input). The
 ## million-binding benchmarks of affinity fill a table per op, so they run once each.
-BIG_BENCH := BackendDown1M|MemoryPerBinding
+BIG_BENCH := BackendDown1M|DeleteList1M|MemoryPerBinding
 bench:
 	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -skip '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done
 	@echo "== go test -bench '$(BIG_BENCH)' (affinity, 1 op each)"
@@ -62,3 +62,17 @@ trace:
 	if curl -fL --retry 3 -o "$$tmp" "$(TRACE_URL)" && echo "$(TRACE_SHA256)  $$tmp" | sha256sum -c --status; then \
 		mv "$$tmp" "$(TRACE)" && echo "trace: $(TRACE) (sha256 ok)"; \
 	else rm -f "$$tmp"; echo "trace: download failed or sha256 mismatch (want $(TRACE_SHA256))" >&2; exit 1; fi
+
+## bench-hot: the hot paths beside their baselines in the same binaries (go-rendezvous
+## for hrw; a map under a sync.Mutex writing a timestamp for hits; map insert + hrw.Pick
+## for misses), COUNT interleaved rounds into bench-hot.txt, for benchstat
+## (COUNT=6 BENCHTIME=300ms; see the README's Benchmarks section).
+HOT_HRW := Rendezvous|Pick$$|PickWeighted
+HOT_AFF := BaselineMutexMap|Hit/coarseclock|Miss/(fresh|baseline)
+bench-hot:
+	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
+	$(GO) test -c -o $$d/hrw.test ./hrw; $(GO) test -c -o $$d/affinity.test ./affinity; \
+	for r in $$(seq $(COUNT)); do \
+		$$d/hrw.test -test.run '^$$' -test.bench '$(HOT_HRW)' -test.benchmem -test.benchtime $(BENCHTIME); \
+		$$d/affinity.test -test.run '^$$' -test.bench '$(HOT_AFF)' -test.benchmem -test.benchtime $(BENCHTIME); \
+	done | tee bench-hot.txt

@@ -108,10 +108,10 @@ func (s *Scheduler) pick(kh uint64, cands []Backend) (int, health.State, error) 
 }
 
 // pickAll returns the HRW winner over all candidates, health ignored, and in the same
-// pass the index of the first zero Backend (or -1). The candidates' nodes are copied to a
-// scratch slice (a stack array up to pickInline candidates, a pooled slice beyond) and
-// ranked by hrw.Pick, a tight loop over a []hrw.Node that is several times faster than
-// feeding hrw.Best one node at a time; both give the same winner.
+// pass the index of the first zero Backend (or -1). Candidates of one weight are scored
+// in place by pickEqual; otherwise (mixed weights, a zero Backend, a 53-bit tie) their
+// nodes are copied to a scratch slice (a stack array up to pickInline candidates, a
+// pooled slice beyond) and ranked by hrw.Pick. Both give hrw.Pick's winner.
 func (s *Scheduler) pickAll(kh uint64, cands []Backend) (w, invalid int) {
 	if w, ok := pickEqual(kh, cands); ok {
 		return w, -1
