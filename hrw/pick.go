@@ -143,11 +143,13 @@ func maxUnrolled(kp uint64, nodes []Node, w0 uint64) (int, bool) {
 // pickGeneral is the selection for any weights (0 included) over the eligible nodes
 // (nil: all), treating later duplicates as distinct nodes. It skips every node whose
 // score bound w/(1-u) lies below the leader's lower bound (weight 0 included) without
-// calling eligible for it.
+// calling eligible for it. The leader lives in local variables (registers).
 func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
 	bi := -1
-	var l leader
-	c := 0.0 // pruneScale(l.lo): a node (w, m) with w < c·(2^53-m) cannot win
+	var bm uint64
+	var bid string
+	var bw, blo, bhi, bs float64 // leader's weight, score bounds and score (0: unknown)
+	c := 0.0                     // pruneScale(blo): a node (w, m) with w < c·(2^53-m) cannot win
 	for i := 0; ; i++ {
 		m := uint64(0)
 		if i, m = skipBelow(kp, nodes, i, c); i == len(nodes) {
@@ -157,13 +159,31 @@ func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
 		if n.weight == 0 || (eligible != nil && !eligible(i)) {
 			continue
 		}
-		if bi < 0 {
-			l.set(n.weight, m, n.id)
-		} else if !l.beatenBy(n.weight, m, n.id) {
-			continue
+		switch w := n.weight; {
+		case bi < 0:
+			blo, bhi, bs = bounds(w, m)
+		case w == bw:
+			if m < bm || (m == bm && n.id >= bid) {
+				continue
+			}
+			blo, bhi, bs = bounds(w, m)
+		default:
+			lo, hi, s := bounds(w, m)
+			if hi < blo {
+				continue
+			}
+			if lo <= bhi { // the bounds overlap: compare the exact scores
+				if bs == 0 {
+					bs = score(bw, bm)
+				}
+				if s = score(w, m); s < bs || (s == bs && (m < bm || (m == bm && n.id >= bid))) {
+					continue
+				}
+			}
+			blo, bhi, bs = lo, hi, s
 		}
-		bi = i
-		c = pruneScale(l.lower())
+		bi, bm, bw, bid = i, m, n.weight, n.id
+		c = pruneScale(blo)
 	}
 }
 
@@ -171,13 +191,6 @@ func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
 // s <= w/(1-u) does not rule out against c = pruneScale(lower bound of the leader's
 // score), or len(nodes). A leaf loop, so that it keeps everything in registers.
 func skipBelow(kp uint64, nodes []Node, i int, c float64) (int, uint64) {
-	for ; i+4 <= len(nodes); i += 4 {
-		q := nodes[i : i+4 : i+4]
-		m0, m1, m2, m3 := finish(kp^q[0].pre)>>11, finish(kp^q[1].pre)>>11, finish(kp^q[2].pre)>>11, finish(kp^q[3].pre)>>11
-		if !below(q[0].weight, m0, c) || !below(q[1].weight, m1, c) || !below(q[2].weight, m2, c) || !below(q[3].weight, m3, c) {
-			break
-		}
-	}
 	for ; i < len(nodes); i++ {
 		n := &nodes[i]
 		if m := finish(kp^n.pre) >> 11; !below(n.weight, m, c) {
