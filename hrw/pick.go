@@ -9,7 +9,7 @@ import "math"
 // nodes beyond which duplicate comes first. The zero [Node] is skipped.
 //
 // With all weights equal it runs one loop of one mix and one compare per node (with
-// conditional moves and no branch per node up to 32 nodes, unrolled by four above) and
+// conditional moves and no branch per node up to 64 nodes, unrolled by four above) and
 // looks at IDs only on an exact 53-bit tie. Otherwise it runs the weighted selection:
 // nodes that the bound s <= w/(1-u) rules out are skipped, the rest are ordered by
 // ln-free two-sided bounds and take ln only on near-ties. The result is identical to

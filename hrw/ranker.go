@@ -62,7 +62,7 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // Pick returns the winner for keyHash and true, or the zero Node and false if the set
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
-// over a contiguous []uint64 (branch-free up to 32 nodes, unrolled by four above); with
+// over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above); with
 // varied weights as [Pick] without the duplicate scan.
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	live := r.live
