@@ -49,7 +49,7 @@ func topk(kp uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		if len(dst) == k && eligible == nil {
 			// Skip the nodes that cannot enter in a tight loop.
 			if mixed {
-				i, _ = scanMixed(kp, nodes, i, thr.s)
+				i, _ = skipBelow(kp, nodes, i, pruneScale(thr.s))
 			} else {
 				i, _ = scanEqual(kp, nodes, i, thr.w, thr.m)
 			}
@@ -212,21 +212,6 @@ func scanEqual(kp uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint
 	for j, n := range nodes[i:] {
 		if x := finish(kp ^ n.pre); x >= lim || n.weight != bw {
 			return i + j, x >> 11
-		}
-	}
-	return len(nodes), 0
-}
-
-// scanMixed returns the first index j >= i (and its m) of a node that the bound
-// s <= w/(1-u) cannot place below blo, a lower bound of the best's score, or len(nodes)
-// if there is none. Nodes of weight 0 are always skipped (0 < blo·(1-u)), and so are
-// most nodes of the best's own weight with m < bm; those that stop the scan are compared
-// exactly by the caller.
-func scanMixed(kp uint64, nodes []Node, i int, blo float64) (int, uint64) {
-	c := pruneScale(blo)
-	for j, n := range nodes[i:] {
-		if m := finish(kp^n.pre) >> 11; !below(n.weight, m, c) {
-			return i + j, m
 		}
 	}
 	return len(nodes), 0
