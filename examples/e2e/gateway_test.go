@@ -72,8 +72,11 @@ func TestHitRateFiveSixths(t *testing.T) {
 // check + retry once), the broken bindings are counted with reason "down", no request
 // is lost; after it answers /health again it is back for new sessions, and moved
 // sessions do not fail back.
+//
+// One-strike ejection (consecutive_connect_failures: 1) keeps this test about rebinding;
+// TestOutlierThreshold covers the default streak.
 func TestBackendKilledMidStudy(t *testing.T) {
-	c := newCluster(t, 3, nil)
+	c := newCluster(t, 3, func(cfg *gateway.Config) { cfg.OutlierDetection.ConsecutiveConnectFailures = 1 })
 	var sess []*session
 	bound := map[string]string{}
 	for i := range 12 {
@@ -90,7 +93,7 @@ func TestBackendKilledMidStudy(t *testing.T) {
 			affected++
 		}
 	}
-	c.backends[victim].kill()
+	c.killBackend(victim)
 
 	for turn := 4; turn <= 6; turn++ {
 		for _, s := range sess {
@@ -124,7 +127,10 @@ func TestBackendKilledMidStudy(t *testing.T) {
 	assert.Equal(t, []string{victim}, c.gw.PassivelyDown())
 	assert.Equal(t, health.Down, c.gw.Scheduler().Health().State(victim))
 
-	// Still down: the re-check keeps it down.
+	// Ejected for base_ejection_seconds (30 s): before that no re-check happens; after it,
+	// a backend still failing its health check stays ejected.
+	assert.Empty(t, c.gw.RecheckPassive(context.Background()))
+	c.clock.Advance(30 * time.Second)
 	assert.Empty(t, c.gw.RecheckPassive(context.Background()))
 	c.backends[victim].restart(t)
 	assert.Equal(t, []string{victim}, c.gw.RecheckPassive(context.Background()))
@@ -146,10 +152,13 @@ func TestBackendKilledMidStudy(t *testing.T) {
 // With retry_on_connect_error: false the request that hits the dead backend fails with
 // a JSON 502; the backend is marked down all the same and the next turn rebinds.
 func TestKilledBackendWithoutRetry(t *testing.T) {
-	c := newCluster(t, 2, func(cfg *gateway.Config) { cfg.RetryOnConnectError = new(bool) })
+	c := newCluster(t, 2, func(cfg *gateway.Config) {
+		cfg.RetryOnConnectError = new(bool)
+		cfg.OutlierDetection.ConsecutiveConnectFailures = 1
+	})
 	s := newSession("no-retry")
 	victim := s.turn(c).backend
-	c.backends[victim].kill()
+	c.killBackend(victim)
 
 	s.msgs = append(s.msgs, msg{Role: "user", Content: "again"})
 	r := c.chat(s.id, s.msgs)
@@ -168,7 +177,7 @@ func TestKilledBackendWithoutRetry(t *testing.T) {
 // sessions rebind (broken, reason down), and it comes back Healthy.
 func TestActiveHealthCheck(t *testing.T) {
 	c := newCluster(t, 3, func(cfg *gateway.Config) {
-		cfg.Health.Enabled = true
+		cfg.Health.Enabled = new(true)
 		cfg.Health.FailureThreshold = 1
 		cfg.Health.SuccessThreshold = 1
 	})
@@ -198,6 +207,9 @@ func TestStreamingIsNotBuffered(t *testing.T) {
 	release := make(chan struct{})
 	timedOut := make(chan bool, 1)
 	sse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" { // the active prober's first round
+			return
+		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)

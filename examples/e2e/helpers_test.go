@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
 	"github.com/agentserve/sessionaffinity/examples/fakevllm"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
@@ -75,6 +77,15 @@ func (b *backendServer) kill() {
 	b.wg.Wait()
 }
 
+// killBackend kills backend id and drops the gateway's pooled connections, as a crash
+// noticed before the next request would: the tests that use it are about failures on
+// fresh connections. A POST written on a pooled connection the backend closed is not
+// replayed (it may have reached the backend); TestRetryRules covers that race.
+func (c *cluster) killBackend(id string) {
+	c.backends[id].kill()
+	c.gw.Close()
+}
+
 // restart serves again on the same address.
 func (b *backendServer) restart(t *testing.T) {
 	t.Helper()
@@ -91,6 +102,34 @@ type cluster struct {
 	backends map[string]*backendServer
 	recheck  chan time.Time
 	client   *http.Client
+	clock    *affinitytest.Clock // outlier detection and the scheduler
+	logs     *lockedBuffer       // the gateway's log, JSON lines
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers (the gateway's logger).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// records returns the logged records whose msg is msg, decoded.
+func (b *lockedBuffer) records(msg string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 func newCluster(t *testing.T, n int, mutate func(*gateway.Config)) *cluster {
@@ -110,7 +149,10 @@ func newCluster(t *testing.T, n int, mutate func(*gateway.Config)) *cluster {
 
 func (c *cluster) start(cfg gateway.Config) *cluster {
 	t := c.t
-	g, err := gateway.New(cfg, gateway.WithRecheckTicks(c.recheck), gateway.WithProbeTicks(make(chan time.Time)))
+	c.clock = affinitytest.NewClock(time.Unix(1_700_000_000, 0))
+	c.logs = &lockedBuffer{}
+	g, err := gateway.New(cfg, gateway.WithRecheckTicks(c.recheck), gateway.WithProbeTicks(make(chan time.Time)),
+		gateway.WithClock(c.clock), gateway.WithLogger(slog.New(slog.NewJSONHandler(c.logs, nil))))
 	require.NoError(t, err)
 	c.gw = g
 	ctx, cancel := context.WithCancel(context.Background())
@@ -268,4 +310,28 @@ func errorCode(t *testing.T, body []byte) (code, message string) {
 	}
 	require.NoError(t, json.Unmarshal(body, &e), "error body must be JSON: %s", body)
 	return e.Error.Code, e.Error.Message
+}
+
+// gauge returns the value of the sample of family name whose labels include want.
+func gauge(mf map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f, ok := mf[name]
+	if !ok {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for k, v := range want {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
 }

@@ -41,6 +41,9 @@ var (
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a finite number > 0
 	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a finite number > 0
 	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a finite number > 0
+	ErrOutlierConfig    = errors.New("gateway: bad outlier_detection config")                 // a bad outlier_detection.* field
+	ErrTimeoutConfig    = errors.New("gateway: bad timeouts config")                          // a timeouts.* value not a finite number > 0
+	ErrLimitsConfig     = errors.New("gateway: bad limits config")                            // a limits.* value out of range
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -111,8 +114,11 @@ type Config struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// Health configures the active prober and the passive re-check.
 	Health HealthConfig `yaml:"health"`
-	// RetryOnConnectError retries a request once on the next backend when the chosen
-	// one refuses or resets the connection before sending any response byte. Nil means true.
+	// RetryOnConnectError replays a failed request once when that is safe: it never
+	// reached the backend (dial error, write failed) or it is replayable (idempotent
+	// method or Idempotency-Key header). A stale keep-alive connection is retried on the
+	// same backend; a counted failure on the session's next HRW choice (see the package
+	// doc). Nil means true.
 	RetryOnConnectError *bool `yaml:"retry_on_connect_error"`
 	// SweepSeconds is how often [Gateway.Run] reclaims expired bindings
 	// (Scheduler.Sweep), in seconds, so that memory is returned even when sessions never
@@ -133,6 +139,14 @@ type Config struct {
 	// Nil means true; false leaves every body untouched (streamed through as it comes),
 	// and the X-Agent-Serve-* headers still say where the request went. Reloadable.
 	InjectMetadata *bool `yaml:"inject_metadata"`
+	// OutlierDetection configures passive ejection of failing backends (see
+	// [OutlierConfig]); omitted keys take its defaults.
+	OutlierDetection OutlierConfig `yaml:"outlier_detection"`
+	// Timeouts bounds every wait, upstream and downstream (see [TimeoutsConfig]).
+	Timeouts TimeoutsConfig `yaml:"timeouts"`
+	// Limits bounds the memory and connections held by requests in flight (see
+	// [LimitsConfig]).
+	Limits LimitsConfig `yaml:"limits"`
 }
 
 // BackendConfig is one inference server.
@@ -151,14 +165,16 @@ type BackendConfig struct {
 // an enable flag and the passive re-check interval.
 type HealthConfig struct {
 	// Enabled runs the active prober (GET <url><path> every interval) under [Gateway.Run].
-	Enabled bool `yaml:"enabled"`
+	// Nil (a config without `health:` or without `enabled:`) means true: active checks
+	// are on by default; set false to rely on outlier detection alone.
+	Enabled *bool `yaml:"enabled"`
 	// ProbeConfig holds path, interval_seconds, timeout_seconds, failure_threshold and
 	// success_threshold; zero values take the health package's defaults.
 	health.ProbeConfig `yaml:",inline"`
-	// PassiveRecheckSeconds is how often a backend that was marked down by a
-	// connection error is re-checked with GET <path>, in seconds; it comes back after one
-	// 2xx (unless the active prober holds it down). 0 means 5 s; negative, NaN or Inf is
-	// [ErrPassiveRecheck].
+	// PassiveRecheckSeconds is how often backends ejected by outlier detection whose
+	// ejection time is over are re-checked with GET <path>; one 2xx ends the ejection
+	// (unless the active prober holds the backend down). 0 means 5 s; negative, NaN or Inf
+	// is [ErrPassiveRecheck].
 	PassiveRecheckSeconds float64 `yaml:"passive_recheck_seconds"`
 }
 
@@ -237,11 +253,20 @@ func (c Config) WithDefaults() Config {
 	if c.DrainSeconds == 0 {
 		c.DrainSeconds = DefaultDrainSeconds
 	}
+	if c.Health.Enabled == nil {
+		c.Health.Enabled = new(true)
+	}
+	c.OutlierDetection = c.OutlierDetection.withDefaults()
+	c.Timeouts = c.Timeouts.withDefaults()
+	c.Limits = c.Limits.withDefaults()
 	return c
 }
 
 // injectMetadata reports the effective inject_metadata setting (nil -> true).
 func (c Config) injectMetadata() bool { return c.InjectMetadata == nil || *c.InjectMetadata }
+
+// healthEnabled reports the effective health.enabled (nil -> true).
+func (c Config) healthEnabled() bool { return c.Health.Enabled == nil || *c.Health.Enabled }
 
 // retryOnConnectError reports the effective retry setting (nil -> true).
 func (c Config) retryOnConnectError() bool {
@@ -359,7 +384,13 @@ func (c Config) Validate() error {
 	if v := c.DrainSeconds; !(v > 0) || math.IsInf(v, 0) {
 		return invalid(ErrDrainTimeout, "drain_seconds: %v: must be > 0", v)
 	}
-	return nil
+	if err := c.OutlierDetection.validate(); err != nil {
+		return err
+	}
+	if err := c.Timeouts.validate(); err != nil {
+		return err
+	}
+	return c.Limits.validate(c.MaxBodyBytes)
 }
 
 func checkBackendURL(raw string) error {

@@ -5,12 +5,13 @@
 // ModifyResponse, ErrorHandler) and is meant to be read and copied as much as run.
 //
 // It is not a production load balancer: no TLS termination, no authentication, no
-// rate limiting, no load-aware spill-over.
+// per-client rate limiting (only global in-flight caps), no load-aware spill-over.
 //
 // # Routing a request
 //
-//  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413) and kept
-//     in memory so a request can be replayed once on another backend.
+//  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413), charged to
+//     limits.max_inflight_bytes (over it: JSON 503 with Retry-After) and kept in memory so
+//     a request can be replayed once on another backend.
 //  2. The body of a POST request must be a JSON object (otherwise JSON 400) when its
 //     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
@@ -79,25 +80,57 @@
 //
 // # Health
 //
-// Active: with health.enabled, a [health.Prober] polls GET <url><health.path> on every
-// backend and drives [affinity.Scheduler.OnHealthChange] (failure_threshold consecutive
-// failures -> Down, success_threshold successes -> Healthy again).
+// Active: with health.enabled (the default: a config without a health block probes), a
+// [health.Prober] polls GET <url><health.path> on every backend and drives
+// [affinity.Scheduler.OnHealthChange] (failure_threshold consecutive failures -> Down,
+// success_threshold successes -> Healthy again).
 //
-// Passive: when a backend refuses or resets the connection, or closes it before any
-// response byte, the gateway calls [affinity.Scheduler.OnBackendDown] (its bindings are
-// broken with reason "down") and, with retry_on_connect_error (default true), replays
-// the request once on the next choice (SelectBackend again, now that the failed backend
-// is Down). Nothing has reached the client at that point. A passively downed backend is
-// re-checked every health.passive_recheck_seconds with one GET on its health path and
-// comes back (OnBackendUp) on a 2xx, unless the active prober currently holds it Down,
-// in which case the prober's own recovery decides. So passive checking works with or
-// without the active prober. Bindings never fail back: sessions that moved stay moved.
+// Passive (outlier.go, passive.go, timeouts.go): outlier detection modelled on Envoy's.
+// Every attempt's outcome is recorded per backend: a response below 500 resets the
+// streaks; a 5xx extends the 5xx streak; a connection failure on a fresh connection, a
+// dial or response-header timeout, or a stream silent for stream_idle_seconds extends the
+// connection-failure streak. A streak reaching its threshold within window_seconds ejects
+// the backend ([affinity.Scheduler.OnBackendDown]: bindings broken with reason "down")
+// for base_ejection_seconds x the number of its ejections, capped at
+// max_ejection_seconds, unless max_ejection_percent of the backends are ejected already.
+// When the time is over, [Gateway.RecheckPassive] (every passive_recheck_seconds) brings
+// it back after one 2xx from its health path as observed up (OnBackendUp: a drained
+// backend stays drained, an ejection never touches the drain); the active prober cannot end an ejection early, since a
+// backend may pass /health and still fail every request.
+//
+// Retries (retry_on_connect_error, default true) follow net/http.Transport's rule: only a
+// request that never reached the backend (dial error, write failed) or a replayable one
+// (idempotent method or Idempotency-Key header) is sent again. A keep-alive connection
+// the backend had closed (a connection error on a reused connection) is the benign
+// keep-alive race: it is retried once on the same backend and not counted. After a
+// counted failure the request goes, this once, to the session's next HRW choice among
+// the other eligible backends; the binding stays unless the failure ejected the backend,
+// in which case the session is placed again. Idle backend connections are closed after
+// backend_idle_conn_seconds (4 s, below the ~5 s keep-alive of vLLM's server).
+//
+// Decisions where the issue was silent: every 5xx counts (as Envoy's consecutive_5xx), a
+// sole backend is never ejected (there is nothing better to send to), a response-header
+// timeout answers 504 and is not retried for POST (the backend may be generating), and
+// the backend's own 5xx responses pass through unchanged.
+//
+// # Limits and timeouts
+//
+// Request bodies and buffered responses are charged to limits.max_inflight_bytes, and
+// proxied requests to limits.max_inflight_requests; beyond either the client gets a
+// JSON 503 "overloaded" with Retry-After. Downstream, [Gateway.HTTPServer] sets
+// ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes; the body read has its own deadline
+// (read_body_seconds, then JSON 408). See [TimeoutsConfig] and [LimitsConfig].
 //
 // # Metrics
 //
 // /metrics serves the gateway's own Prometheus registry: the agentserve_affinity_*
-// series of the metrics/prometheus adapter plus the Go and process collectors.
-// /healthz answers {"status":"ok"} for the gateway itself.
+// series of the metrics/prometheus adapter, the per-backend [MetricBackendUp],
+// [MetricBackendState] and [MetricBackendEjections] (label backend: configured backends
+// only), [MetricRequests] by code_class and source, and the Go and process collectors.
+// /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
+// {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
+// backend's state. Every state change the gateway causes is logged ("backend state
+// change": backend, from, to, why).
 //
 // # Concurrency and lifetime
 //

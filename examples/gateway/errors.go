@@ -21,10 +21,21 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		w.Header().Set(HeaderBackend, b.id)
 		w.Header().Set(HeaderAffinityHit, strconv.FormatBool(hit))
 		g.log.Warn("backend request failed", "backend", b.id, "err", err)
-		writeError(w, http.StatusBadGateway, "backend_unavailable", fmt.Sprintf("backend %q: %v", b.id, err))
+		status, code := proxyStatus(err)
+		writeError(w, status, code, fmt.Sprintf("backend %q: %v", b.id, err))
 		return
 	}
-	writeError(w, http.StatusBadGateway, "backend_unavailable", err.Error())
+	status, code := proxyStatus(err)
+	writeError(w, status, code, err.Error())
+}
+
+// proxyStatus maps a failed backend request to a status: 504 backend_timeout for a
+// timeout (response headers, dial), 502 backend_unavailable otherwise.
+func proxyStatus(err error) (int, string) {
+	if errors.Is(err, ErrBackendTimeout) || isTimeout(err) {
+		return http.StatusGatewayTimeout, "backend_timeout"
+	}
+	return http.StatusBadGateway, "backend_unavailable"
 }
 
 // classify maps a routing error to an HTTP status and an error code.
@@ -54,7 +65,11 @@ type errorDetail struct {
 }
 
 // writeError writes an OpenAI-style JSON error: {"error":{"message","type","code"}}.
+// On the gateway's own writer it marks the response as gateway-generated (metrics).
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	if ow, ok := w.(*outcomeWriter); ok {
+		ow.gateway = true
+	}
 	typ := "invalid_request_error"
 	if status >= 500 {
 		typ = "server_error"

@@ -47,7 +47,8 @@ type Metadata struct {
 
 // Gateway is an http.Handler that routes each request to a backend chosen by an
 // affinity.Scheduler and proxies it with httputil.ReverseProxy. It serves its own
-// /metrics (Prometheus) and /healthz. Create with [New]; run the health loops with
+// /metrics (Prometheus), /healthz (liveness) and /readyz (503 when no backend can take
+// requests). Create with [New]; run the health loops with
 // [Gateway.Run] (or serve with [Gateway.Serve] / [Gateway.ListenAndServe]); release
 // idle connections with [Gateway.Close]. Safe for concurrent use.
 type Gateway struct {
@@ -64,15 +65,15 @@ type Gateway struct {
 	recheck   <-chan time.Time
 	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
 
-	mu      sync.Mutex
-	passive map[string]bool // backends downed by a connection error, awaiting re-check
+	requests *prometheus.CounterVec // MetricRequests (metrics.go)
+	outliers *outliers              // passive outlier detection (outlier.go)
+	limits   limiter                // requests and bytes in flight (limits.go)
+	now      func() time.Time
 
 	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
 
 	reloadMu sync.Mutex    // serializes Reload
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
-
-	closeOnce sync.Once
 }
 
 type backend struct {
@@ -101,7 +102,6 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		log:      o.logger,
 		recheck:  o.recheckTicks,
 		sweep:    o.sweepTicks,
-		passive:  make(map[string]bool),
 		reloaded: make(chan struct{}, 1),
 	}
 	if g.log == nil {
@@ -125,15 +125,19 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		return nil, err
 	}
 	g.rec.ObserveBindings(func() int { return g.state().sched.Len() })
+	g.now = o.now
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.outliers = newOutliers(g, g.now)
+	if err := g.registerGatewayMetrics(); err != nil {
+		return nil, fmt.Errorf("gateway: prometheus gateway metrics: %w", err)
+	}
 	g.metrics = promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
 
 	g.base = o.transport
 	if g.base == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 256
-		t.MaxIdleConns = 1024
-		t.IdleConnTimeout = 90 * time.Second
-		t.DisableCompression = true // pass the client's Accept-Encoding through, never add gzip
+		t := newTransport(cfg.Timeouts)
 		g.base, g.ownedBase = t, t
 	}
 	timeout := cfg.Health.TimeoutSeconds

@@ -21,6 +21,7 @@ type options struct {
 	probeTicks   <-chan time.Time
 	recheckTicks <-chan time.Time
 	sweepTicks   <-chan time.Time
+	now          func() time.Time
 }
 
 type optionFunc func(*options)
@@ -66,4 +67,16 @@ func WithRecheckTicks(c <-chan time.Time) Option {
 // interval (tests).
 func WithSweepTicks(c <-chan time.Time) Option {
 	return optionFunc(func(o *options) { o.sweepTicks = c })
+}
+
+// WithClock sets the clock of outlier detection (ejection times, failure windows) and,
+// unless WithSchedulerOptions sets another, of the Scheduler (nil or omitted: the system
+// clock). Tests pass an affinitytest.Clock.
+func WithClock(c affinity.Clock) Option {
+	return optionFunc(func(o *options) {
+		if c != nil {
+			o.now = c.Now
+			o.schedOpts = append([]affinity.Option{affinity.WithClock(c)}, o.schedOpts...)
+		}
+	})
 }

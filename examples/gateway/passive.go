@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,66 +12,125 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-// retryTransport implements passive health checking: a connection error (refused,
-// reset, closed before any response byte) marks the backend down in the scheduler
-// and, when retry_on_connect_error is on, the request is replayed once on the next
-// choice. Nothing has been written to the client at that point: RoundTrip has not
-// returned a response yet.
+// retryTransport implements the passive half of health checking. Every attempt runs
+// under the response-header timeout and its body under the stream-idle timeout
+// (timeouts.go); its outcome feeds outlier detection (outlier.go): a response below 500
+// is a success, a 5xx a 5xx failure, a connection failure on a fresh connection or a
+// timeout a connection failure. A connection closed by the backend on a reused
+// keep-alive connection before any response byte is the keep-alive race, not an outage:
+// it is not counted. A failed request is retried once (retry_on_connect_error) when it
+// is safe: it was never written to the backend (dial error, write failed), or it is
+// replayable (idempotent method, or an Idempotency-Key header) — the rule of
+// net/http.Transport. Nothing has been written to the client at that point: RoundTrip
+// has not returned a response yet.
 type retryTransport struct{ g *Gateway }
 
-// RoundTrip sends req to its backend; on a connection error it marks that backend down
-// and, if retries are on, replays req once on the scheduler's next choice.
+// RoundTrip sends req to its backend and retries it when that is safe (see
+// retryTransport): after a stale keep-alive connection once on the same backend (a fresh
+// connection), after a counted failure (or a second stale connection) once on another.
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
-	resp, err := g.base.RoundTrip(req)
-	if err == nil {
-		return resp, nil
-	}
 	st := routeFrom(req.Context())
-	if st == nil || req.Context().Err() != nil || !IsConnectError(err) {
-		return nil, err
+	if st == nil {
+		return g.base.RoundTrip(req)
 	}
-	failed, _ := st.current()
-	g.markPassiveDown(failed.id, err)
-	if !st.rt.cfg.retryOnConnectError() {
-		return nil, err
-	}
-	st.mu.Lock()
-	if st.retried {
-		st.mu.Unlock()
-		return nil, err
-	}
-	st.retried = true
-	st.mu.Unlock()
-
-	next, hit, serr := st.choose()
-	if serr != nil || next.id == failed.id {
-		g.log.Warn("no backend to retry on", "failed", failed.id, "err", serr)
-		return nil, err
-	}
-	st.mu.Lock()
-	st.backend, st.hit = next, hit
-	st.mu.Unlock()
-	g.log.Info("retrying request on next backend", "failed", failed.id, "backend", next.id)
-
-	out := req.Clone(req.Context())
-	out.URL = cloneURL(st.in)
-	(&httputil.ProxyRequest{In: st.in, Out: out}).SetURL(next.url)
-	if req.GetBody != nil {
-		body, gerr := req.GetBody()
-		if gerr != nil {
+	target, _ := st.current()
+	sameAgain, moved := false, false
+	for {
+		resp, a, err := g.attempt(req, st, target)
+		if err == nil || req.Context().Err() != nil {
+			return resp, err
+		}
+		counted := g.passiveFailure(target, a, err)
+		stale := a.staleConn(err)
+		if !st.rt.cfg.retryOnConnectError() || !(a.neverWritten() || replayable(req)) || !(counted || stale) || moved {
 			return nil, err
 		}
-		out.Body = body
+		if stale && !sameAgain {
+			sameAgain = true // the backend closed an idle connection: try it again on a fresh one
+		} else {
+			next, hit, serr := g.retryTarget(st, target)
+			if serr != nil || next.id == target.id {
+				g.log.Warn("no backend to retry on", "failed", target.id, "err", serr)
+				return nil, err
+			}
+			st.mu.Lock()
+			st.backend, st.hit, st.retried = next, hit, true
+			st.mu.Unlock()
+			moved, target = true, next
+		}
+		g.log.Info("retrying request", "backend", target.id, "stale_conn", stale, "err", err)
+		out := req.Clone(req.Context())
+		out.URL = cloneURL(st.in)
+		(&httputil.ProxyRequest{In: st.in, Out: out}).SetURL(target.url)
+		if req.GetBody != nil {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, err
+			}
+			out.Body = body
+		}
+		req = out
 	}
-	resp, err = g.base.RoundTrip(out)
-	if err != nil && out.Context().Err() == nil && IsConnectError(err) {
-		g.markPassiveDown(next.id, err)
+}
+
+// retryTarget picks the backend a failed request is retried on. If the failure ejected
+// the backend, the session is placed again (SelectBackend: its binding was broken and it
+// rebinds, a miss). Otherwise the binding stays and only this request goes to the
+// session's next choice in HRW order among the other eligible backends (hit false,
+// nothing stored): one failure is not an outage.
+func (g *Gateway) retryTarget(st *route, failed *backend) (*backend, bool, error) {
+	if g.outliers.isEjected(failed.id) {
+		return st.choose()
 	}
-	return resp, err
+	key := st.key
+	if st.session != "" {
+		key = st.session
+	}
+	nodes := st.rt.tierNodes[st.tier]
+	hs := st.rt.sched.Health()
+	var best hrw.Best
+	for _, want := range []health.State{health.Healthy, health.Draining} {
+		best.Reset(hrw.KeyHash(key))
+		for i, b := range nodes {
+			if b.id != failed.id && hs.State(b.id) == want {
+				best.Offer(i, &b.node)
+			}
+		}
+		if i := best.Index(); i >= 0 {
+			return nodes[i], false, nil
+		}
+	}
+	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
+}
+
+// passiveFailure records a failed attempt on b for outlier detection and reports
+// whether it counted: timeouts and connection failures on a fresh connection count; a
+// stale keep-alive connection and other errors do not.
+func (g *Gateway) passiveFailure(b *backend, a *attemptInfo, err error) bool {
+	switch {
+	case errors.Is(err, ErrBackendTimeout), isTimeout(err):
+	case IsConnectError(err) && !a.staleConn(err):
+	default:
+		return false
+	}
+	g.outliers.failure(b.id, connectFailure, err)
+	return true
+}
+
+// replayable reports whether req may be sent twice: an idempotent method or an
+// Idempotency-Key header (the rule of net/http.Transport).
+func replayable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
 }
 
 func cloneURL(in *http.Request) *url.URL {
@@ -106,59 +166,51 @@ func IsConnectError(err error) bool {
 	return strings.Contains(err.Error(), "server closed idle connection")
 }
 
-func (g *Gateway) markPassiveDown(id string, err error) {
-	n := g.state().sched.OnBackendDown(id)
-	g.mu.Lock()
-	first := !g.passive[id]
-	g.passive[id] = true
-	g.mu.Unlock()
-	if first {
-		g.log.Warn("backend marked down by connection error", "backend", id, "bindings_broken", n, "err", err)
-	}
-}
+// PassivelyDown returns the IDs of backends currently ejected by outlier detection, in
+// configuration order (nil if none). Safe for concurrent use; O(backends), allocates the
+// result.
+func (g *Gateway) PassivelyDown() []string { return g.outliers.ejected() }
 
-// PassivelyDown returns the IDs of backends currently held down by a connection
-// error and awaiting their re-check, in configuration order (nil if none). Safe for
-// concurrent use; O(backends), allocates the result.
-func (g *Gateway) PassivelyDown() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var ids []string
-	for _, b := range g.state().backends {
-		if g.passive[b.id] {
-			ids = append(ids, b.id)
-		}
-	}
-	return ids
-}
-
-// RecheckPassive checks every passively downed backend once (GET <url><health.path>)
-// and brings back, via Scheduler.OnBackendUp, those answering 2xx — unless the active
-// prober currently holds them Down, in which case the prober decides. It blocks until
-// the checks are done — one at a time, each bounded by health.timeout_seconds (default
-// 2 s) — and returns the IDs brought back (nil if none). Safe for concurrent use.
+// RecheckPassive ends the ejections whose time is over (base_ejection_seconds x number
+// of ejections, capped): each such backend is checked once (GET <url><health.path>) and,
+// on a 2xx, brought back to its state before the ejection (Healthy, or Draining if it was
+// drained) — unless the active prober currently holds it Down, in which case the ejection
+// ends and the prober's recovery decides. A backend whose check fails stays ejected and
+// is checked again on the next call. It blocks until the checks are done — one at a time,
+// each bounded by health.timeout_seconds (default 2 s) — and returns the IDs brought back
+// (nil if none). [Gateway.Run] calls it every health.passive_recheck_seconds. Safe for
+// concurrent use.
 func (g *Gateway) RecheckPassive(ctx context.Context) []string {
 	var up []string
-	for _, id := range g.PassivelyDown() {
+	for _, id := range g.outliers.expired() {
 		rt := g.state()
 		b := rt.byID[id]
-		if b == nil { // removed by a reload since
+		if b == nil || !rt.checkHealth(ctx, g.checker, b) {
 			continue
 		}
-		if rt.prober != nil && rt.prober.State(id) == health.Down {
-			continue
+		if g.outliers.uneject(id, "ejection time over and "+rt.cfg.Health.Path+" answered 2xx") {
+			up = append(up, id)
 		}
-		if !rt.checkHealth(ctx, g.checker, b) {
-			continue
-		}
-		g.mu.Lock()
-		delete(g.passive, id)
-		g.mu.Unlock()
-		rt.sched.OnBackendUp(id)
-		g.log.Info("backend back after passive re-check", "backend", id)
-		up = append(up, id)
 	}
 	return up
+}
+
+// onProbe applies an active-prober transition to the scheduler and logs it. A backend
+// the prober finds healthy while it is ejected stays ejected: a backend can pass its
+// health check and still fail every request (outlier detection's job).
+func (g *Gateway) onProbe(tr health.Transition) {
+	if tr.To == health.Healthy && g.outliers.isEjected(tr.ID) {
+		g.log.Info("active health check passes; backend stays ejected until its ejection ends", "backend", tr.ID)
+		return
+	}
+	rt := g.state()
+	from := rt.sched.Health().State(tr.ID)
+	rt.sched.OnHealthChange(tr)
+	to := rt.sched.Health().State(tr.ID)
+	if from != to {
+		g.log.Warn("backend state change", "backend", tr.ID, "from", from.String(), "to", to.String(),
+			"why", "active health check: GET "+rt.cfg.Health.Path+" now "+tr.To.String())
+	}
 }
 
 // ProbeOnce runs one synchronous round of the active prober over every backend and

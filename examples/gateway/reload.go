@@ -112,15 +112,13 @@ func (g *Gateway) Reload(cfg Config) error {
 			// operator drain) so that, added again later, it is not held Down or Draining by
 			// a mark nothing would lift.
 			removed = append(removed, b.id)
-			g.mu.Lock()
-			delete(g.passive, b.id)
-			g.mu.Unlock()
+			g.outliers.forget(b.id)
 			rt.sched.Health().Forget(b.id)
 			continue
 		}
 		// The new prober starts from Healthy (with health disabled there is none): a
 		// backend the old one held Down is marked up, or nothing would lift the mark.
-		// Passively downed backends stay down until their re-check.
+		// Ejected backends stay down until their ejection ends.
 		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down && !g.isPassive(b.id) {
 			rt.sched.OnBackendUp(b.id)
 		}
@@ -136,19 +134,15 @@ func (g *Gateway) Reload(cfg Config) error {
 
 // sameProbing reports whether the prober of a can serve b unchanged.
 func sameProbing(a, b *routing) bool {
-	if a.cfg.Health.Enabled != b.cfg.Health.Enabled || a.cfg.Health.ProbeConfig != b.cfg.Health.ProbeConfig {
+	if a.cfg.healthEnabled() != b.cfg.healthEnabled() || a.cfg.Health.ProbeConfig != b.cfg.Health.ProbeConfig {
 		return false
 	}
-	return !b.cfg.Health.Enabled || slices.EqualFunc(a.backends, b.backends, func(x, y *backend) bool {
+	return !b.cfg.healthEnabled() || slices.EqualFunc(a.backends, b.backends, func(x, y *backend) bool {
 		return x.id == y.id && x.url.String() == y.url.String()
 	})
 }
 
-func (g *Gateway) isPassive(id string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.passive[id]
-}
+func (g *Gateway) isPassive(id string) bool { return g.outliers.isEjected(id) }
 
 // copyBindings copies every valid binding of from into to (keys to already has are kept).
 func copyBindings(from, to *affinity.Scheduler) (int, error) {

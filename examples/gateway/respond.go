@@ -33,8 +33,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	b, hit := st.current()
 	resp.Header.Set(HeaderBackend, b.id)
 	resp.Header.Set(HeaderAffinityHit, strconv.FormatBool(hit))
-	if !st.rt.cfg.injectMetadata() || !injectable(resp) {
-		return nil
+	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
+		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
 	pool := &g.bufs
 	in := pool.Get()[:0]
@@ -94,6 +94,16 @@ func mediaType(ct string) (string, error) {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return mt, err
+}
+
+// injectCost is what buffering resp for InjectMetadata is charged to the in-flight
+// byte budget: twice its length (the body and its rewritten copy), twice maxInjectBytes
+// when the length is unknown.
+func injectCost(resp *http.Response) int64 {
+	if resp.ContentLength >= 0 && resp.ContentLength <= maxInjectBytes {
+		return 2 * resp.ContentLength
+	}
+	return 2 * maxInjectBytes
 }
 
 // injectable reports whether resp is a non-streaming, uncompressed JSON response.

@@ -10,33 +10,42 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-// ServeHTTP serves /metrics and /healthz itself and proxies everything else.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else.
+func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/metrics":
-		g.metrics.ServeHTTP(w, r)
+		g.metrics.ServeHTTP(rw, r)
 		return
 	case "/healthz":
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	case "/readyz":
+		g.serveReady(rw)
 		return
 	}
-
+	w := &outcomeWriter{ResponseWriter: rw}
+	defer g.countOutcome(w)
 	rt := g.state()
-	body, err := readRequestBody(w, r, rt.cfg.MaxBodyBytes)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", rt.cfg.MaxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
+	if !take(&g.limits.reqs, 1, rt.cfg.Limits.MaxInflightRequests) {
+		g.overloaded(w, rt, "requests in flight exceed limits.max_inflight_requests")
+		return
+	}
+	defer g.limits.reqs.Add(-1)
+	st := &route{rt: rt, in: r}
+	defer func() {
+		st.releaseBody()
+		g.unreserve(st, st.reserved.Load())
+	}()
+
+	body, ok := g.readBody(w, r, st)
+	if !ok {
 		return
 	}
 
@@ -51,7 +60,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	st := &route{rt: rt, session: session, tier: tier, in: r, body: body}
+	st.session, st.tier, st.body = session, tier, body
 	if session == "" {
 		if rt.cfg.RequireSession && needsSession(r) {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
@@ -78,7 +87,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body, out.GetBody = http.NoBody, nil
 	} else {
 		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.GetBody = st.getBody
 	}
 	g.proxy.ServeHTTP(w, out)
 }
@@ -100,6 +109,25 @@ func needsSession(r *http.Request) bool {
 	return false
 }
 
+// getBody replays the request body for a retry (http.Request.GetBody). It reads st.body,
+// not a captured slice, so that releaseBody can drop the last reference.
+func (st *route) getBody() (io.ReadCloser, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return io.NopCloser(bytes.NewReader(st.body)), nil
+}
+
+// releaseBody drops the route's references to the request body once the request is
+// done. Requests stay referenced after that (by the context of an idle backend
+// connection's last request, for one), and their body must not: it is no longer counted
+// in limits.max_inflight_bytes.
+func (st *route) releaseBody() {
+	st.mu.Lock()
+	st.body = nil
+	st.mu.Unlock()
+	st.bodyReader.Reset(nil)
+}
+
 // route is the per-request routing state shared by Rewrite, the retry transport,
 // ModifyResponse and ErrorHandler through the request context.
 type route struct {
@@ -116,6 +144,8 @@ type route struct {
 	backend *backend
 	hit     bool
 	retried bool
+
+	reserved atomic.Int64 // bytes charged to the in-flight budget (limits.go)
 }
 
 func (st *route) current() (*backend, bool) {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // Run runs the background loops until ctx is done: the active prober (when
@@ -71,8 +74,9 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 	}
 }
 
-// Serve serves HTTP on ln and runs [Gateway.Run] until ctx is done, then shuts the
-// server down gracefully: it stops accepting, lets in-flight requests finish for up to
+// Serve serves HTTP on ln (at most limits.max_connections client connections at once,
+// with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
+// shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
 // drain_seconds (default 10 s; then the remaining connections are closed), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
 // ([Gateway.SaveBindings]). Before serving it loads that file if it exists
@@ -87,7 +91,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.log.Info("binding snapshot loaded", "path", path, "bindings", n)
 		}
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second}
+	srv := g.HTTPServer()
+	ln = netutil.LimitListener(ln, g.state().cfg.Limits.MaxConnections)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -123,6 +128,25 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
+// HTTPServer returns a new http.Server for the gateway with the downstream bounds of the
+// configuration: ReadHeaderTimeout (timeouts.read_header_seconds), IdleTimeout
+// (timeouts.client_idle_seconds) and MaxHeaderBytes (limits.max_header_bytes). The body
+// read is bounded per request (timeouts.read_body_seconds) by the handler itself, and
+// there is no WriteTimeout: streams last as long as the backend keeps sending (bounded by
+// timeouts.stream_idle_seconds between chunks). [Gateway.Serve] uses it; embedders
+// serving the gateway themselves should too.
+// These are read when the server is made: a Reload does not change them.
+func (g *Gateway) HTTPServer() *http.Server {
+	cfg := g.state().cfg
+	return &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: duration(cfg.Timeouts.ReadHeaderSeconds),
+		IdleTimeout:       duration(cfg.Timeouts.ClientIdleSeconds),
+		MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+}
+
 // ListenAndServe listens on the configured address and calls [Gateway.Serve].
 func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	addr := g.state().cfg.Listen
@@ -133,12 +157,11 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	return g.Serve(ctx, ln)
 }
 
-// Close releases idle backend connections of the gateway-owned transport.
-// Idempotent; it does not stop [Gateway.Run] (cancel its context for that).
+// Close releases idle backend connections of the gateway-owned transport; the gateway
+// stays usable (new connections are dialled as needed). Idempotent; it does not stop
+// [Gateway.Run] (cancel its context for that).
 func (g *Gateway) Close() {
-	g.closeOnce.Do(func() {
-		if g.ownedBase != nil {
-			g.ownedBase.CloseIdleConnections()
-		}
-	})
+	if g.ownedBase != nil {
+		g.ownedBase.CloseIdleConnections()
+	}
 }

@@ -77,7 +77,7 @@ func newRouting(cfg Config) (*routing, error) {
 // newProber builds the active prober of rt (nil when health.enabled is false). Its
 // transitions go to whichever Scheduler is current when they happen.
 func (g *Gateway) newProber(rt *routing) (*health.Prober, error) {
-	if !rt.cfg.Health.Enabled {
+	if !rt.cfg.healthEnabled() {
 		return nil, nil
 	}
 	targets := make([]health.Target, len(rt.backends))
@@ -85,7 +85,7 @@ func (g *Gateway) newProber(rt *routing) (*health.Prober, error) {
 		targets[i] = health.Target{ID: b.id, URL: strings.TrimSuffix(b.url.String(), "/")}
 	}
 	popts := []health.ProberOption{
-		health.WithObserver(func(tr health.Transition) { g.state().sched.OnHealthChange(tr) }),
+		health.WithObserver(g.onProbe), // applies to whichever Scheduler is current
 		health.WithHTTPClient(&http.Client{Transport: g.base}),
 	}
 	if g.opts.probeTicks != nil {

@@ -1,0 +1,146 @@
+package e2e_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// zeros is an endless reader of 'a' bytes: an upload body that costs the client no memory.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// Point 5: 64 clients uploading 8 MiB bodies without pause (64 concurrent uploads took
+// the gateway to ~0.9 GB before) with limits.max_inflight_bytes 64 MiB and GOMEMLIMIT
+// at 88 MiB: the heap stays under budget + slack, the uploads that do not fit get a 503
+// with Retry-After, the others go through.
+func TestBodyFloodMemory(t *testing.T) {
+	const (
+		uploads = 64
+		size    = 8 << 20
+		budget  = 64 << 20
+		slack   = 40 << 20 // test client, backend, buffers, GC headroom
+	)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}))
+	t.Cleanup(sink.Close)
+	c := &cluster{t: t, backends: map[string]*backendServer{}, recheck: make(chan time.Time)}
+	c.start(gateway.Config{
+		Backends:     []gateway.BackendConfig{{ID: "sink", URL: sink.URL}},
+		MaxBodyBytes: size,
+		Limits:       gateway.LimitsConfig{MaxInflightBytes: budget},
+		Health:       gateway.HealthConfig{Enabled: new(false)},
+	})
+
+	// The budget bounds live bytes; with the default GOGC the heap may grow to about twice
+	// the live heap before a collection (151 MiB here without a limit). GOMEMLIMIT closes
+	// that gap, as the README recommends: the collector holds the heap near the limit as
+	// long as the live bytes fit under it, which is what the assertion checks.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget + 24<<20))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	stop := make(chan struct{})
+	peak := make(chan uint64, 1)
+	go func() {
+		var top uint64
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				peak <- top
+				return
+			case <-tick.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				top = max(top, m.HeapInuse)
+			}
+		}
+	}()
+
+	// Each client uploads, and after a 503 (or a refused upload) tries again at once, until
+	// wanted uploads went through in all: a sustained flood, so garbage accumulates too.
+	const wanted = 16
+	var mu sync.Mutex
+	var ok, rejected, attempts int
+	var wg sync.WaitGroup
+	for i := range uploads {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				done := ok >= wanted || attempts >= 4000
+				attempts++
+				mu.Unlock()
+				if done {
+					return
+				}
+				req, err := http.NewRequest(http.MethodPost, c.url+"/v1/uploads", io.LimitReader(zeros{}, size))
+				if !assert.NoError(t, err) {
+					return
+				}
+				req.ContentLength = size
+				req.Header.Set("Content-Type", "application/octet-stream")
+				req.Header.Set("X-Session-ID", "upload-"+strconv.Itoa(i))
+				status, retryAfter := -1, ""
+				if resp, err := c.client.Do(req); err == nil { // err: the gateway answered 503 and closed before the body was sent
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					status, retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+				}
+				mu.Lock()
+				switch status {
+				case http.StatusOK:
+					ok++
+				case http.StatusServiceUnavailable, -1:
+					rejected++
+					if status > 0 {
+						assert.Equal(t, "1", retryAfter)
+					}
+				default:
+					t.Errorf("upload %d: status %d", i, status)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	top := <-peak
+
+	t.Logf("%d clients uploading %d MiB: %d ok, %d rejected with 503; heap in use %d MiB -> peak %d MiB (budget %d MiB)",
+		uploads, size>>20, ok, rejected, base>>20, top>>20, budget>>20)
+	assert.GreaterOrEqual(t, ok, wanted)
+	assert.Positive(t, rejected)
+	require.Less(t, top-min(top, base), uint64(budget+slack), "heap growth stays under max_inflight_bytes + slack")
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	t.Logf("after the flood and a GC: heap in use %d MiB", ms.HeapInuse>>20)
+	// No body outlives its request (an idle backend connection keeps its last request,
+	// and that request must not keep 8 MiB).
+	assert.Less(t, ms.HeapInuse, base+16<<20, "request bodies released")
+	reqs, bytes := c.gw.InFlight()
+	assert.Zero(t, reqs)
+	assert.Zero(t, bytes, "every reservation returned")
+}

@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// LimitsConfig bounds what requests in flight may hold. Zero or omitted fields take the
+// defaults shown; a negative value is [ErrLimitsConfig].
+//
+// What bounds the gateway's memory: request bodies and buffered responses are charged
+// to max_inflight_bytes before they are read (a body by its Content-Length, or by
+// max_body_bytes when the length is unknown, the excess returned once it is read; a
+// non-streaming JSON response buffered for the x_agent_serve object by twice its length,
+// or 2 x 16 MiB when unknown); a request that does not fit gets a JSON 503 "overloaded"
+// with Retry-After, a response that does not fit passes through unbuffered (without the
+// x_agent_serve object). max_inflight_requests bounds the rest, which is per request and
+// small (goroutines, bufio and copy buffers: tens of KiB each). Add the binding table
+// (affinity.max_bindings, about 200 bytes a binding) for the whole. That bounds the live
+// heap; the Go collector lets the heap grow to about twice the live heap (GOGC=100), so
+// set GOMEMLIMIT a little above the bound to hold the process near it.
+type LimitsConfig struct {
+	// MaxInflightBytes bounds the bytes of request bodies and buffered responses held at
+	// once (default 256 MiB). Must be >= max_body_bytes.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// MaxInflightRequests bounds the proxied requests served at once (default 1024);
+	// more get a JSON 503 "overloaded" with Retry-After.
+	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
+	// RetryAfterSeconds is the Retry-After value of those 503s, whole seconds (default 1).
+	RetryAfterSeconds int `yaml:"retry_after_seconds"`
+	// MaxHeaderBytes bounds a client's request line and headers (default 65536); larger:
+	// HTTP 431 from net/http.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections bounds the client connections [Gateway.Serve] holds open at once
+	// (default 4096): beyond it, new connections wait in the listen backlog until one
+	// closes (golang.org/x/net/netutil.LimitListener), so a flood of slow clients cannot
+	// take every file descriptor and goroutine.
+	MaxConnections int `yaml:"max_connections"`
+}
+
+// Defaults of [LimitsConfig].
+const (
+	DefaultMaxInflightBytes    int64 = 256 << 20
+	DefaultMaxInflightRequests int64 = 1024
+	DefaultRetryAfterSeconds         = 1
+	DefaultMaxHeaderBytes            = 64 << 10
+	DefaultMaxConnections            = 4096
+)
+
+func (l LimitsConfig) withDefaults() LimitsConfig {
+	if l.MaxInflightBytes == 0 {
+		l.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if l.MaxInflightRequests == 0 {
+		l.MaxInflightRequests = DefaultMaxInflightRequests
+	}
+	if l.RetryAfterSeconds == 0 {
+		l.RetryAfterSeconds = DefaultRetryAfterSeconds
+	}
+	if l.MaxHeaderBytes == 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	return l
+}
+
+func (l LimitsConfig) validate(maxBody int64) error {
+	if l.MaxInflightBytes < maxBody {
+		return invalid(ErrLimitsConfig, "limits.max_inflight_bytes: %d: must be >= max_body_bytes (%d)", l.MaxInflightBytes, maxBody)
+	}
+	if l.MaxInflightBytes < 0 || l.MaxInflightRequests < 0 || l.RetryAfterSeconds < 0 || l.MaxHeaderBytes < 0 || l.MaxConnections < 0 {
+		return invalid(ErrLimitsConfig, "limits: max_inflight_bytes %d, max_inflight_requests %d, retry_after_seconds %d, max_header_bytes %d, max_connections %d: must be > 0",
+			l.MaxInflightBytes, l.MaxInflightRequests, l.RetryAfterSeconds, l.MaxHeaderBytes, l.MaxConnections)
+	}
+	return nil
+}
+
+// limiter counts requests and bytes in flight against the caps of the request's
+// routing snapshot (limits.max_inflight_* are reloadable). Acquisition never blocks: over
+// the cap it fails. Safe for concurrent use; O(1), 0 allocs.
+type limiter struct {
+	bytes, reqs atomic.Int64
+}
+
+func take(c *atomic.Int64, n, limit int64) bool {
+	if c.Add(n) > limit {
+		c.Add(-n)
+		return false
+	}
+	return true
+}
+
+// InFlight returns the proxied requests and the reserved bytes in flight now (request
+// bodies and buffered responses, see [LimitsConfig]). Safe for concurrent use.
+func (g *Gateway) InFlight() (requests, bytes int64) {
+	return g.limits.reqs.Load(), g.limits.bytes.Load()
+}
+
+// reserve charges n bytes to r's budget; false when the budget cannot take them.
+func (g *Gateway) reserve(st *route, n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	if !take(&g.limits.bytes, n, st.rt.cfg.Limits.MaxInflightBytes) {
+		return false
+	}
+	st.reserved.Add(n)
+	return true
+}
+
+// unreserve returns n of st's reserved bytes.
+func (g *Gateway) unreserve(st *route, n int64) {
+	if n > 0 {
+		st.reserved.Add(-n)
+		g.limits.bytes.Add(-n)
+	}
+}
+
+// overloaded answers a JSON 503 with Retry-After.
+func (g *Gateway) overloaded(w http.ResponseWriter, rt *routing, what string) {
+	w.Header().Set("Retry-After", strconv.Itoa(rt.cfg.Limits.RetryAfterSeconds))
+	writeError(w, http.StatusServiceUnavailable, "overloaded", "gateway overloaded: "+what+"; retry later")
+}
+
+// readBody reads r's body under the body-read timeout and the in-flight byte budget,
+// charging it to st. With a Content-Length the body is read into one buffer of exactly
+// that size (no growth copies). It writes the error response itself and returns false on
+// failure: 413 over max_body_bytes, 503 over the budget, 408 on a read timeout, 400 on a
+// read error.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([]byte, bool) {
+	cfg := st.rt.cfg
+	max := cfg.MaxBodyBytes
+	if r.ContentLength > max {
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", max))
+		return nil, false
+	}
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	want := r.ContentLength
+	if want < 0 {
+		want = max
+	}
+	if !g.reserve(st, want) {
+		g.overloaded(w, st.rt, "request bytes in flight exceed limits.max_inflight_bytes")
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(duration(cfg.Timeouts.ReadBodySeconds)))
+	raw := w
+	if ow, ok := w.(*outcomeWriter); ok {
+		raw = ow.ResponseWriter // MaxBytesReader tells net/http's own writer to close the connection
+	}
+	body, err := readRequestBody(raw, r, max) // one exact-size buffer when the length is known
+	if r.ContentLength < 0 {
+		g.unreserve(st, want-int64(len(body)))
+	}
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{}) // on failure it stays: the connection is not read again
+		return body, true
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", max))
+	case isTimeout(err):
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "request_timeout",
+			fmt.Sprintf("request body not received within timeouts.read_body_seconds (%v s)", cfg.Timeouts.ReadBodySeconds))
+	default:
+		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
+	}
+	return nil, false
+}

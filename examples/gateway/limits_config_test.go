@@ -1,0 +1,52 @@
+package gateway_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// The hardening blocks: defaults when omitted, a matchable error for each bad value.
+func TestHardeningConfig(t *testing.T) {
+	cfg, err := gateway.ParseConfig([]byte(minimal))
+	require.NoError(t, err)
+	assert.Equal(t, gateway.TimeoutsConfig{
+		DialSeconds: 5, ResponseHeaderSeconds: 300, StreamIdleSeconds: 60, BackendIdleConnSeconds: 4,
+		ReadHeaderSeconds: 10, ReadBodySeconds: 60, ClientIdleSeconds: 60,
+	}, cfg.Timeouts)
+	assert.Equal(t, gateway.LimitsConfig{MaxInflightBytes: 256 << 20, MaxInflightRequests: 1024,
+		RetryAfterSeconds: 1, MaxHeaderBytes: 64 << 10, MaxConnections: 4096}, cfg.Limits)
+	assert.Equal(t, gateway.OutlierConfig{Enabled: new(true), ConsecutiveConnectFailures: 3, Consecutive5xx: 5,
+		WindowSeconds: 30, BaseEjectionSeconds: 30, MaxEjectionSeconds: 300, MaxEjectionPercent: 50}, cfg.OutlierDetection)
+	assert.Less(t, cfg.Timeouts.BackendIdleConnSeconds, 5.0, "below vLLM/uvicorn's 5 s keep-alive")
+
+	off, err := gateway.ParseConfig([]byte(minimal + "health: {enabled: false}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, new(false), off.Health.Enabled)
+
+	for _, tt := range []struct {
+		yaml string
+		want error
+	}{
+		{"timeouts: {dial_seconds: -1}", gateway.ErrTimeoutConfig},
+		{"timeouts: {response_header_seconds: .nan}", gateway.ErrTimeoutConfig},
+		{"timeouts: {read_body_seconds: .inf}", gateway.ErrTimeoutConfig},
+		{"limits: {max_inflight_bytes: -5}", gateway.ErrLimitsConfig},
+		{"limits: {max_inflight_bytes: 1024}", gateway.ErrLimitsConfig}, // below max_body_bytes
+		{"limits: {max_inflight_requests: -1}", gateway.ErrLimitsConfig},
+		{"limits: {max_connections: -1}", gateway.ErrLimitsConfig},
+		{"outlier_detection: {consecutive_5xx: -1}", gateway.ErrOutlierConfig},
+		{"outlier_detection: {max_ejection_percent: 101}", gateway.ErrOutlierConfig},
+		{"outlier_detection: {base_ejection_seconds: 60, max_ejection_seconds: 30}", gateway.ErrOutlierConfig},
+		{"outlier_detection: {window_seconds: -2}", gateway.ErrOutlierConfig},
+	} {
+		t.Run(tt.yaml, func(t *testing.T) {
+			_, err := gateway.ParseConfig([]byte(minimal + tt.yaml + "\n"))
+			assert.ErrorIs(t, err, tt.want)
+			assert.ErrorIs(t, err, gateway.ErrInvalidConfig)
+		})
+	}
+}

@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+// Gateway metric names (besides the library's agentserve_affinity_* series).
+const (
+	// MetricRequests counts proxied-path requests by code_class ("2xx" .. "5xx", or
+	// "client_closed" when the client left before any answer) and source ("backend": the
+	// backend's status; "gateway": an error the gateway generated, e.g. 502, 503, 504).
+	MetricRequests = "agentserve_gateway_requests_total"
+	// MetricBackendUp is 1 for a backend that can take requests (Healthy or Draining),
+	// 0 for one that is Down or ejected; label backend (configured backends only).
+	MetricBackendUp = "agentserve_backend_up"
+	// MetricBackendState is 1 for the backend's current state and 0 for the others;
+	// labels backend and state ("healthy", "draining", "down", "ejected").
+	MetricBackendState = "agentserve_backend_state"
+	// MetricBackendEjections counts outlier-detection ejections; label backend.
+	MetricBackendEjections = "agentserve_backend_ejections_total"
+)
+
+// backendStates are the values of the state label of MetricBackendState.
+var backendStates = [...]string{"healthy", "draining", "down", "ejected"}
+
+// registerGatewayMetrics registers the request counter and the per-backend collector,
+// which reads the health set and the outlier detector at scrape time.
+func (g *Gateway) registerGatewayMetrics() error {
+	g.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricRequests,
+		Help: "Requests on proxied paths by status class (2xx..5xx, client_closed) and source (backend, gateway).",
+	}, []string{"code_class", "source"})
+	for _, c := range []string{"2xx", "4xx", "5xx"} { // dashboards see 0, not a missing series
+		g.requests.WithLabelValues(c, "backend")
+	}
+	g.requests.WithLabelValues("4xx", "gateway")
+	g.requests.WithLabelValues("5xx", "gateway")
+	if err := g.reg.Register(g.requests); err != nil {
+		return err
+	}
+	return g.reg.Register(backendCollector{g})
+}
+
+var (
+	descUp        = prometheus.NewDesc(MetricBackendUp, "1 when the backend can take requests (healthy or draining), 0 when down or ejected.", []string{"backend"}, nil)
+	descState     = prometheus.NewDesc(MetricBackendState, "1 for the backend's current state (healthy, draining, down, ejected), 0 for the others.", []string{"backend", "state"}, nil)
+	descEjections = prometheus.NewDesc(MetricBackendEjections, "Ejections of the backend by outlier detection.", []string{"backend"}, nil)
+)
+
+// backendCollector exports the state of every configured backend at scrape time.
+type backendCollector struct{ g *Gateway }
+
+// Describe sends the three per-backend descriptors.
+func (c backendCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descUp
+	ch <- descState
+	ch <- descEjections
+}
+
+// Collect reads each configured backend's state; O(backends).
+func (c backendCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.g.state().backends {
+		state, ejections := c.g.backendState(b.id)
+		up := 0.0
+		if state == "healthy" || state == "draining" {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, b.id)
+		for _, s := range backendStates {
+			v := 0.0
+			if s == state {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, b.id, s)
+		}
+		ch <- prometheus.MustNewConstMetric(descEjections, prometheus.CounterValue, float64(ejections), b.id)
+	}
+}
+
+// backendState is a backend's state for metrics and /readyz: "ejected" while outlier
+// detection holds it, else its health-set state.
+func (g *Gateway) backendState(id string) (string, uint64) {
+	var ejected bool
+	var total uint64
+	g.outliers.mu.Lock()
+	if s := g.outliers.state[id]; s != nil {
+		ejected, total = s.ejected, s.total
+	}
+	g.outliers.mu.Unlock()
+	if ejected {
+		return "ejected", total
+	}
+	return g.state().sched.Health().State(id).String(), total
+}
+
+// serveReady answers /readyz: 200 {"status":"ready"} when at least one backend can take
+// requests (not Down, not ejected), else 503 {"status":"not_ready"}; both list every
+// backend's state.
+func (g *Gateway) serveReady(w http.ResponseWriter) {
+	rt := g.state()
+	states := make(map[string]string, len(rt.backends))
+	ready := false
+	for _, b := range rt.backends {
+		s, _ := g.backendState(b.id)
+		states[b.id] = s
+		ready = ready || rt.sched.Health().State(b.id) != health.Down
+	}
+	body := map[string]any{"status": "ready", "backends": states}
+	if !ready {
+		body["status"] = "not_ready"
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// outcomeWriter records the status a proxied request was answered with and whether the
+// gateway generated it.
+type outcomeWriter struct {
+	http.ResponseWriter
+	code    int
+	gateway bool
+}
+
+// WriteHeader records the first final status and passes it on.
+func (w *outcomeWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write records an implicit 200 and passes the bytes on.
+func (w *outcomeWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush flushes the underlying writer, if it can.
+func (w *outcomeWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Unwrap returns the underlying writer (for http.ResponseController).
+func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countOutcome adds the request to MetricRequests.
+func (g *Gateway) countOutcome(w *outcomeWriter) {
+	class := "client_closed"
+	if w.code >= 100 && w.code < 600 {
+		class = string(rune('0'+w.code/100)) + "xx"
+	}
+	source := "backend"
+	if w.gateway {
+		source = "gateway"
+	}
+	g.requests.WithLabelValues(class, source).Inc()
+}

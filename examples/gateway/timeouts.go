@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+	"time"
+)
+
+// TimeoutsConfig bounds every wait of the gateway, in seconds. Zero or omitted means the
+// default shown; a negative, NaN or Inf value is [ErrTimeoutConfig].
+type TimeoutsConfig struct {
+	// DialSeconds bounds opening a TCP connection to a backend (default 5). Applies to the
+	// gateway-owned transport; with [WithTransport] configure your own.
+	DialSeconds float64 `yaml:"dial_seconds"`
+	// ResponseHeaderSeconds bounds the wait from sending a request to a backend until its
+	// response headers arrive (default 300). A non-streaming completion sends its headers
+	// only when the whole answer is ready, so this also bounds generation time; a
+	// streaming one sends them at once. Exceeded: JSON 504 backend_timeout, and one
+	// connection failure for outlier detection.
+	ResponseHeaderSeconds float64 `yaml:"response_header_seconds"`
+	// StreamIdleSeconds bounds the silence between two chunks of a response body
+	// (default 60). Exceeded: the response is aborted (the client sees a cut stream) and
+	// one connection failure is counted.
+	StreamIdleSeconds float64 `yaml:"stream_idle_seconds"`
+	// BackendIdleConnSeconds closes idle keep-alive connections to backends after this
+	// long (default 4: below the ~5 s keep-alive of vLLM's uvicorn server, so the gateway
+	// closes first and never reuses a connection the backend is closing).
+	BackendIdleConnSeconds float64 `yaml:"backend_idle_conn_seconds"`
+	// ReadHeaderSeconds bounds reading a client's request headers (default 10).
+	ReadHeaderSeconds float64 `yaml:"read_header_seconds"`
+	// ReadBodySeconds bounds reading a client's request body (default 60). Exceeded:
+	// JSON 408 and the connection is closed.
+	ReadBodySeconds float64 `yaml:"read_body_seconds"`
+	// ClientIdleSeconds closes idle keep-alive client connections (default 60).
+	ClientIdleSeconds float64 `yaml:"client_idle_seconds"`
+}
+
+// Defaults of [TimeoutsConfig], in seconds.
+const (
+	DefaultDialSeconds            = 5.0
+	DefaultResponseHeaderSeconds  = 300.0
+	DefaultStreamIdleSeconds      = 60.0
+	DefaultBackendIdleConnSeconds = 4.0
+	DefaultReadHeaderSeconds      = 10.0
+	DefaultReadBodySeconds        = 60.0
+	DefaultClientIdleSeconds      = 60.0
+)
+
+func (t TimeoutsConfig) withDefaults() TimeoutsConfig {
+	t.DialSeconds = orDefault(t.DialSeconds, DefaultDialSeconds)
+	t.ResponseHeaderSeconds = orDefault(t.ResponseHeaderSeconds, DefaultResponseHeaderSeconds)
+	t.StreamIdleSeconds = orDefault(t.StreamIdleSeconds, DefaultStreamIdleSeconds)
+	t.BackendIdleConnSeconds = orDefault(t.BackendIdleConnSeconds, DefaultBackendIdleConnSeconds)
+	t.ReadHeaderSeconds = orDefault(t.ReadHeaderSeconds, DefaultReadHeaderSeconds)
+	t.ReadBodySeconds = orDefault(t.ReadBodySeconds, DefaultReadBodySeconds)
+	t.ClientIdleSeconds = orDefault(t.ClientIdleSeconds, DefaultClientIdleSeconds)
+	return t
+}
+
+func (t TimeoutsConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"dial_seconds", t.DialSeconds}, {"response_header_seconds", t.ResponseHeaderSeconds},
+		{"stream_idle_seconds", t.StreamIdleSeconds}, {"backend_idle_conn_seconds", t.BackendIdleConnSeconds},
+		{"read_header_seconds", t.ReadHeaderSeconds}, {"read_body_seconds", t.ReadBodySeconds},
+		{"client_idle_seconds", t.ClientIdleSeconds},
+	} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: must be a finite number > 0", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+func orDefault(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// duration converts seconds to a time.Duration.
+func duration(seconds float64) time.Duration { return time.Duration(seconds * float64(time.Second)) }
+
+// ErrBackendTimeout is wrapped by the errors of requests whose backend did not send
+// response headers within timeouts.response_header_seconds, or went silent mid-body for
+// timeouts.stream_idle_seconds. The client gets a JSON 504 backend_timeout when nothing
+// was written to it yet; the backend gets one connection failure for outlier detection.
+var ErrBackendTimeout = errors.New("gateway: backend timed out")
+
+// attemptInfo is what httptrace saw of one attempt.
+type attemptInfo struct {
+	reused atomic.Bool // the connection came from the idle pool
+	wrote  atomic.Bool // the whole request was written without error
+}
+
+// neverWritten reports whether the backend cannot have received the whole request.
+func (a *attemptInfo) neverWritten() bool { return !a.wrote.Load() }
+
+// staleConn reports whether err is a keep-alive connection the backend had closed: a
+// connection error on a reused connection.
+func (a *attemptInfo) staleConn(err error) bool {
+	return a.reused.Load() && IsConnectError(err) && !isTimeout(err)
+}
+
+// newTransport returns the gateway-owned transport: a clone of
+// http.DefaultTransport with the configured dial timeout and an idle-connection timeout
+// below the backends' keep-alive. Built once by New: a Reload does not change them.
+func newTransport(t TimeoutsConfig) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	tr.MaxIdleConns = 1024
+	tr.IdleConnTimeout = duration(t.BackendIdleConnSeconds)
+	tr.DisableCompression = true // pass the client's Accept-Encoding through, never add gzip
+	d := &net.Dialer{Timeout: duration(t.DialSeconds), KeepAlive: 30 * time.Second}
+	tr.DialContext = d.DialContext
+	return tr
+}
+
+// attempt sends req to b through the base transport with the response-header timeout;
+// the returned response's body enforces the stream-idle timeout and releases the
+// attempt's context when closed. The error wraps [ErrBackendTimeout] on a timeout.
+func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
+	a := &attemptInfo{}
+	ctx, cancel := context.WithCancelCause(req.Context())
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				a.wrote.Store(true)
+			}
+		},
+	})
+	hdr := duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds)
+	errHeader := fmt.Errorf("%w: %s sent no response headers within %v", ErrBackendTimeout, b.id, hdr)
+	timer := time.AfterFunc(hdr, func() { cancel(errHeader) })
+	resp, err := g.base.RoundTrip(req.WithContext(ctx))
+	stopped := timer.Stop()
+	if !stopped && context.Cause(ctx) == errHeader {
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		cancel(nil)
+		return nil, a, errHeader
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, a, err
+	}
+	if resp.StatusCode >= 500 {
+		g.outliers.failure(b.id, status5xx, fmt.Errorf("HTTP %d", resp.StatusCode))
+	} else {
+		g.outliers.success(b.id)
+	}
+	idle := duration(st.rt.cfg.Timeouts.StreamIdleSeconds)
+	body := &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, d: idle,
+		err: fmt.Errorf("%w: %s sent nothing for %v mid-response", ErrBackendTimeout, b.id, idle)}
+	body.timer = time.AfterFunc(idle, func() {
+		g.log.Warn("backend stream stalled", "backend", b.id, "idle", idle)
+		g.outliers.failure(b.id, connectFailure, body.err) // before the cut is visible
+		cancel(body.err)
+	})
+	body.timer.Stop() // armed only while a Read waits on the backend
+	resp.Body = body
+	return resp, a, nil
+}
+
+// idleBody aborts a response body when one Read waits on the backend for d: the timer
+// runs only during a Read, so a slow client (the proxy blocked writing to it) is never
+// blamed on the backend. When it fires, the attempt's context is cancelled and reads
+// return an error wrapping [ErrBackendTimeout].
+type idleBody struct {
+	rc     io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	d      time.Duration
+	err    error
+}
+
+// Read reads from the backend's body with the idle timer armed.
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
+	n, err := b.rc.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && context.Cause(b.ctx) == b.err {
+		err = b.err
+	}
+	return n, err
+}
+
+// Close stops the timer, closes the backend's body and releases the attempt's context.
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
+}
+
+// isTimeout reports whether err is a network timeout (dial timeout, deadline).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
