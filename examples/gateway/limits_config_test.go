@@ -50,3 +50,24 @@ func TestHardeningConfig(t *testing.T) {
 		})
 	}
 }
+
+// Settings the listener, the server or the transport were built with need a restart; the
+// other hardening keys reload in place.
+func TestReloadHardening(t *testing.T) {
+	g, err := gateway.New(gateway.Config{Backends: []gateway.BackendConfig{{ID: "a", URL: "http://127.0.0.1:9"}}})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	next := g.Config()
+	next.Timeouts.ReadHeaderSeconds = 3
+	assert.ErrorIs(t, g.Reload(next), gateway.ErrReloadNeedsRestart)
+	next = g.Config()
+	next.Limits.MaxConnections = 10
+	assert.ErrorIs(t, g.Reload(next), gateway.ErrReloadNeedsRestart)
+	next = g.Config()
+	next.Timeouts.ResponseHeaderSeconds = 30
+	next.Limits.MaxInflightRequests = 7
+	next.OutlierDetection.Consecutive5xx = 2
+	require.NoError(t, g.Reload(next))
+	assert.Equal(t, int64(7), g.Config().Limits.MaxInflightRequests)
+	assert.Equal(t, 2, g.Config().OutlierDetection.Consecutive5xx)
+}

@@ -51,7 +51,11 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     prober that starts from Healthy, and [Gateway.Run] restarts its loops with the new
 //     intervals; backends the old prober held Down are marked up again (the passive
 //     check and the new prober catch them within a round or a request if still down);
-//   - a change of `listen` is rejected with [ErrReloadNeedsRestart].
+//   - a change of `listen`, or of a setting the listener, the http.Server or the backend
+//     transport were built with (timeouts.dial_seconds, backend_idle_conn_seconds,
+//     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
+//     max_connections), is rejected with [ErrReloadNeedsRestart]; the other timeouts,
+//     limits and outlier_detection change in place.
 //
 // A config that fails validation is rejected (the error wraps [ErrInvalidConfig] and a
 // specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
@@ -67,6 +71,9 @@ func (g *Gateway) Reload(cfg Config) error {
 	old := g.state()
 	if cfg.Listen != old.cfg.Listen {
 		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
+	}
+	if err := restartOnly(old.cfg, cfg); err != nil {
+		return err
 	}
 	rt, err := newRouting(cfg)
 	if err != nil {

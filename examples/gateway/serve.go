@@ -165,3 +165,24 @@ func (g *Gateway) Close() {
 		g.ownedBase.CloseIdleConnections()
 	}
 }
+
+// restartOnly returns an error wrapping [ErrReloadNeedsRestart] when next changes a
+// setting the listener, the http.Server or the backend transport were built with.
+func restartOnly(old, next Config) error {
+	for _, f := range []struct {
+		name      string
+		was, will float64
+	}{
+		{"timeouts.dial_seconds", old.Timeouts.DialSeconds, next.Timeouts.DialSeconds},
+		{"timeouts.backend_idle_conn_seconds", old.Timeouts.BackendIdleConnSeconds, next.Timeouts.BackendIdleConnSeconds},
+		{"timeouts.read_header_seconds", old.Timeouts.ReadHeaderSeconds, next.Timeouts.ReadHeaderSeconds},
+		{"timeouts.client_idle_seconds", old.Timeouts.ClientIdleSeconds, next.Timeouts.ClientIdleSeconds},
+		{"limits.max_header_bytes", float64(old.Limits.MaxHeaderBytes), float64(next.Limits.MaxHeaderBytes)},
+		{"limits.max_connections", float64(old.Limits.MaxConnections), float64(next.Limits.MaxConnections)},
+	} {
+		if f.was != f.will {
+			return fmt.Errorf("%w: %s %v -> %v", ErrReloadNeedsRestart, f.name, f.was, f.will)
+		}
+	}
+	return nil
+}
