@@ -141,16 +141,18 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		},
 	})
 	hdr := duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds)
-	errHeader := fmt.Errorf("%w: %s sent no response headers within %v", ErrBackendTimeout, b.id, hdr)
-	timer := time.AfterFunc(hdr, func() { cancel(errHeader) })
+	timer := time.AfterFunc(hdr, func() {
+		cancel(&timeoutError{backend: b.id, what: "sent no response headers within", d: hdr})
+	})
 	resp, err := g.base.RoundTrip(req.WithContext(ctx))
-	stopped := timer.Stop()
-	if !stopped && context.Cause(ctx) == errHeader {
-		if err == nil {
-			_ = resp.Body.Close()
+	if !timer.Stop() {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) {
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			cancel(nil)
+			return nil, a, cause
 		}
-		cancel(nil)
-		return nil, a, errHeader
 	}
 	if err != nil {
 		cancel(nil)
@@ -162,12 +164,12 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		g.outliers.success(b.id)
 	}
 	idle := duration(st.rt.cfg.Timeouts.StreamIdleSeconds)
-	body := &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, d: idle,
-		err: fmt.Errorf("%w: %s sent nothing for %v mid-response", ErrBackendTimeout, b.id, idle)}
+	body := &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, d: idle}
 	body.timer = time.AfterFunc(idle, func() {
+		terr := &timeoutError{backend: b.id, what: "sent nothing mid-response for", d: idle}
 		g.log.Warn("backend stream stalled", "backend", b.id, "idle", idle)
-		g.outliers.failure(b.id, connectFailure, body.err) // before the cut is visible
-		cancel(body.err)
+		g.outliers.failure(b.id, connectFailure, terr) // before the cut is visible
+		cancel(terr)
 	})
 	body.timer.Stop() // armed only while a Read waits on the backend
 	resp.Body = body
@@ -184,7 +186,6 @@ type idleBody struct {
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 	d      time.Duration
-	err    error
 }
 
 // Read reads from the backend's body with the idle timer armed.
@@ -192,11 +193,36 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	b.timer.Reset(b.d)
 	n, err := b.rc.Read(p)
 	b.timer.Stop()
-	if err != nil && err != io.EOF && context.Cause(b.ctx) == b.err {
-		err = b.err
+	if err != nil && err != io.EOF {
+		if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) {
+			err = cause
+		}
 	}
 	return n, err
 }
+
+// timeoutError is a backend timeout: it wraps [ErrBackendTimeout], is a net.Error
+// timeout, and builds its message only when read (the timers that make it are the rare
+// path; the per-request cost is the timers themselves).
+type timeoutError struct {
+	backend, what string
+	d             time.Duration
+}
+
+// Error says which backend did not answer in time, e.g. "gateway: backend timed out: b1
+// sent no response headers within 300ms".
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("%v: %s %s %v", ErrBackendTimeout, e.backend, e.what, e.d)
+}
+
+// Unwrap returns [ErrBackendTimeout].
+func (e *timeoutError) Unwrap() error { return ErrBackendTimeout }
+
+// Timeout reports true (net.Error).
+func (e *timeoutError) Timeout() bool { return true }
+
+// Temporary reports false (net.Error).
+func (e *timeoutError) Temporary() bool { return false }
 
 // Close stops the timer, closes the backend's body and releases the attempt's context.
 func (b *idleBody) Close() error {
