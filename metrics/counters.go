@@ -21,9 +21,21 @@ type TierCounts struct {
 	Misses    uint64 // requests placed by rendezvous hashing
 	Evictions uint64 // bindings evicted at the capacity limit
 	// Broken counts broken bindings indexed by Reason: Broken[ReasonDown],
-	// Broken[ReasonUnhealthy], Broken[ReasonNotCandidate]. Index 0 counts calls made
+	// Broken[ReasonUnhealthy], Broken[ReasonNotCandidate], Broken[ReasonOverloaded].
+	// Index 0 counts calls made
 	// with an invalid Reason (a caller bug; it stays 0 in correct programs).
 	Broken [NumReasons + 1]uint64
+	// PromptTokens and CachedPromptTokens sum the usage reported for affinity hits
+	// ([UsageRecorder]); CachedPromptTokens / PromptTokens is the tier's achieved reuse.
+	PromptTokens, CachedPromptTokens uint64
+}
+
+// Reuse returns CachedPromptTokens / PromptTokens, or 0 when no usage was reported.
+func (t TierCounts) Reuse() float64 {
+	if t.PromptTokens == 0 {
+		return 0
+	}
+	return float64(t.CachedPromptTokens) / float64(t.PromptTokens)
 }
 
 // BrokenTotal returns the number of broken bindings over all reasons (including index 0).
@@ -50,12 +62,15 @@ func (t *TierCounts) add(u TierCounts) {
 	for i := range t.Broken {
 		t.Broken[i] += u.Broken[i]
 	}
+	t.PromptTokens += u.PromptTokens
+	t.CachedPromptTokens += u.CachedPromptTokens
 }
 
 // tierCounters are the live counters of one tier.
 type tierCounters struct {
 	hits, misses, evictions atomic.Uint64
 	broken                  [NumReasons + 1]atomic.Uint64
+	prompt, cached          atomic.Uint64
 }
 
 func (tc *tierCounters) load() TierCounts {
@@ -63,6 +78,9 @@ func (tc *tierCounters) load() TierCounts {
 		Hits:      tc.hits.Load(),
 		Misses:    tc.misses.Load(),
 		Evictions: tc.evictions.Load(),
+		// cached first: read after prompt it could exceed it while events are recorded.
+		CachedPromptTokens: tc.cached.Load(),
+		PromptTokens:       tc.prompt.Load(),
 	}
 	for i := range tc.broken {
 		t.Broken[i] = tc.broken[i].Load()
@@ -188,6 +206,24 @@ func (c *Counters) Broken(tier string, reason Reason) {
 		i = 0
 	}
 	c.tier(tier).broken[i].Add(1)
+}
+
+// Usage adds the prompt and cached prompt tokens of one affinity hit to tier's counters
+// (negative values count as 0; cached is capped at prompt). 0 allocs, lock-free on the
+// steady path.
+func (c *Counters) Usage(tier string, promptTokens, cachedPromptTokens int64) {
+	p, k := clampUsage(promptTokens, cachedPromptTokens)
+	tc := c.tier(tier)
+	tc.prompt.Add(p)
+	tc.cached.Add(k)
+}
+
+// clampUsage returns prompt and cached as unsigned counts: negatives are 0, cached is at
+// most prompt.
+func clampUsage(prompt, cached int64) (uint64, uint64) {
+	prompt = max(prompt, 0)
+	cached = min(max(cached, 0), prompt)
+	return uint64(prompt), uint64(cached)
 }
 
 // Snapshot returns a new map from tier name to a copy of its counts; changing it does not

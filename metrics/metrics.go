@@ -19,12 +19,17 @@ const (
 	ReasonUnhealthy
 	// ReasonNotCandidate: the bound backend is no longer among the request's candidates.
 	ReasonNotCandidate
+	// ReasonOverloaded: the binding was honourable but its backend was overloaded, and the
+	// Scheduler's load-aware Acquire moved the session (a spill, a rebind) because waiting
+	// there would cost more than re-prefilling the session's prefix elsewhere.
+	ReasonOverloaded
 )
 
 // NumReasons is the number of valid Reasons; valid values are 1..NumReasons.
-const NumReasons = 3
+const NumReasons = 4
 
-// String returns the Prometheus label value: "down", "unhealthy" or "not_candidate".
+// String returns the Prometheus label value: "down", "unhealthy", "not_candidate" or
+// "overloaded".
 // An invalid Reason renders as "Reason(n)". It does not allocate for valid values.
 func (r Reason) String() string {
 	switch r {
@@ -34,12 +39,15 @@ func (r Reason) String() string {
 		return "unhealthy"
 	case ReasonNotCandidate:
 		return "not_candidate"
+	case ReasonOverloaded:
+		return "overloaded"
 	}
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Valid reports whether r is one of ReasonDown, ReasonUnhealthy, ReasonNotCandidate.
-func (r Reason) Valid() bool { return r >= ReasonDown && r <= ReasonNotCandidate }
+// Valid reports whether r is one of ReasonDown, ReasonUnhealthy, ReasonNotCandidate,
+// ReasonOverloaded.
+func (r Reason) Valid() bool { return r >= ReasonDown && r <= ReasonOverloaded }
 
 // Recorder receives the Scheduler's events. The Scheduler calls it outside its own locks,
 // once per event, on the goroutine of the call that caused the event: SelectBackend (hits,
@@ -83,3 +91,31 @@ func (Noop) Broken(string, Reason) {}
 
 // Evicted does nothing.
 func (Noop) Evicted(string) {}
+
+// UsageRecorder is an optional extension of [Recorder] for the token usage a backend
+// reports when a load-aware lease ends (affinity.Lease.Done with usage): a Recorder that
+// also implements it is found with a type assertion, so existing Recorders keep
+// compiling. Usage is called once per lease that was an affinity hit and whose Done
+// reported prompt tokens, outside the Scheduler's locks, on the goroutine that called
+// Done; the same rules as Recorder apply (concurrency-safe, non-blocking, do not retain
+// tier).
+//
+// The achieved reuse of a tier is cachedPromptTokens / promptTokens summed over its hits:
+// how much of the prefix that affinity was meant to keep warm the backend really served
+// from its cache.
+type UsageRecorder interface {
+	// Usage counts the prompt tokens of one affinity hit and how many of them the backend
+	// served from its prefix cache (usage.prompt_tokens_details.cached_tokens);
+	// 0 <= cachedPromptTokens <= promptTokens.
+	Usage(tier string, promptTokens, cachedPromptTokens int64)
+}
+
+// Compile-time checks that the package's types implement UsageRecorder.
+var (
+	_ UsageRecorder = Noop{}
+	_ UsageRecorder = (*Counters)(nil)
+	_ UsageRecorder = (*Recording)(nil)
+)
+
+// Usage does nothing.
+func (Noop) Usage(string, int64, int64) {}

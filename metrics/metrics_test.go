@@ -29,8 +29,9 @@ func TestReasonString(t *testing.T) {
 		{metrics.ReasonDown, "down", true},
 		{metrics.ReasonUnhealthy, "unhealthy", true},
 		{metrics.ReasonNotCandidate, "not_candidate", true},
+		{metrics.ReasonOverloaded, "overloaded", true},
 		{0, "Reason(0)", false},
-		{4, "Reason(4)", false},
+		{5, "Reason(5)", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -114,9 +115,9 @@ func TestCounters(t *testing.T) {
 				broken("", metrics.ReasonNotCandidate), broken("", metrics.ReasonDown), evict(""),
 			},
 			wantSnap: map[string]metrics.TierCounts{
-				"": {Hits: 2, Misses: 1, Evictions: 1, Broken: [4]uint64{0, 2, 0, 1}},
+				"": {Hits: 2, Misses: 1, Evictions: 1, Broken: [metrics.NumReasons + 1]uint64{0, 2, 0, 1}},
 			},
-			wantTotal: metrics.TierCounts{Hits: 2, Misses: 1, Evictions: 1, Broken: [4]uint64{0, 2, 0, 1}},
+			wantTotal: metrics.TierCounts{Hits: 2, Misses: 1, Evictions: 1, Broken: [metrics.NumReasons + 1]uint64{0, 2, 0, 1}},
 		},
 		{
 			name: "two tiers",
@@ -126,17 +127,17 @@ func TestCounters(t *testing.T) {
 			},
 			wantSnap: map[string]metrics.TierCounts{
 				"gold": {Hits: 2, Misses: 1},
-				"free": {Misses: 1, Evictions: 1, Broken: [4]uint64{0, 0, 1, 0}},
+				"free": {Misses: 1, Evictions: 1, Broken: [metrics.NumReasons + 1]uint64{0, 0, 1, 0}},
 			},
-			wantTotal: metrics.TierCounts{Hits: 2, Misses: 2, Evictions: 1, Broken: [4]uint64{0, 0, 1, 0}},
+			wantTotal: metrics.TierCounts{Hits: 2, Misses: 2, Evictions: 1, Broken: [metrics.NumReasons + 1]uint64{0, 0, 1, 0}},
 		},
 		{
 			name:   "invalid reason counted at index 0",
 			events: []metrics.Event{broken("t", 0), broken("t", 200)},
 			wantSnap: map[string]metrics.TierCounts{
-				"t": {Broken: [4]uint64{2, 0, 0, 0}},
+				"t": {Broken: [metrics.NumReasons + 1]uint64{2, 0, 0, 0}},
 			},
-			wantTotal: metrics.TierCounts{Broken: [4]uint64{2, 0, 0, 0}},
+			wantTotal: metrics.TierCounts{Broken: [metrics.NumReasons + 1]uint64{2, 0, 0, 0}},
 		},
 		{
 			name: "fold beyond max tiers",
@@ -262,7 +263,7 @@ func TestCountersConcurrent(t *testing.T) {
 	wg.Wait()
 
 	const n = goroutines * perG
-	assert.Equal(t, metrics.TierCounts{Hits: n, Misses: n, Evictions: n, Broken: [4]uint64{0, n, 0, 0}}, c.Total())
+	assert.Equal(t, metrics.TierCounts{Hits: n, Misses: n, Evictions: n, Broken: [metrics.NumReasons + 1]uint64{0, n, 0, 0}}, c.Total())
 	snap := c.Snapshot()
 	require.Len(t, snap, 5)
 	// Which 4 tiers won a slot depends on scheduling; whichever did keeps every one of its
@@ -321,7 +322,7 @@ func TestHitRate(t *testing.T) {
 			assert.InDelta(t, tt.want, tt.tc.HitRate(), 1e-12)
 		})
 	}
-	assert.Equal(t, uint64(6), metrics.TierCounts{Broken: [4]uint64{1, 2, 0, 3}}.BrokenTotal())
+	assert.Equal(t, uint64(6), metrics.TierCounts{Broken: [metrics.NumReasons + 1]uint64{1, 2, 0, 3}}.BrokenTotal())
 }
 
 func TestRecording(t *testing.T) {
@@ -395,4 +396,39 @@ func TestRecordingConcurrentOrderPerGoroutine(t *testing.T) {
 		assert.Equal(t, perG/2, r.Hits(tier))
 		assert.Equal(t, perG/2, r.Misses(tier))
 	}
+}
+
+func TestUsage(t *testing.T) {
+	tests := []struct {
+		name                  string
+		prompt, cached        int64
+		wantPrompt, wantCache uint64
+	}{
+		{"plain", 1000, 800, 1000, 800},
+		{"cold", 1000, 0, 1000, 0},
+		{"cached above prompt is capped", 100, 250, 100, 100},
+		{"negatives count as 0", -5, -1, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := metrics.NewCounters()
+			var r metrics.Recording
+			for _, u := range []metrics.UsageRecorder{c, &r, metrics.Noop{}} {
+				u.Usage("gold", tt.prompt, tt.cached)
+			}
+			got := c.Tier("gold")
+			assert.Equal(t, tt.wantPrompt, got.PromptTokens)
+			assert.Equal(t, tt.wantCache, got.CachedPromptTokens)
+			assert.Equal(t, got, c.Total())
+			ev := r.Events()
+			require.Len(t, ev, 1)
+			assert.Equal(t, metrics.Event{Kind: metrics.KindUsage, Tier: "gold", PromptTokens: tt.prompt, CachedPromptTokens: tt.cached}, ev[0])
+		})
+	}
+	c := metrics.NewCounters()
+	assert.Zero(t, c.Tier("x").Reuse(), "no usage: reuse 0")
+	c.Usage("x", 400, 300)
+	assert.InDelta(t, 0.75, c.Tier("x").Reuse(), 1e-12)
+	assert.Equal(t, `usage tier="x" prompt=400 cached=300`,
+		metrics.Event{Kind: metrics.KindUsage, Tier: "x", PromptTokens: 400, CachedPromptTokens: 300}.String())
 }

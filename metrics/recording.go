@@ -14,9 +14,11 @@ const (
 	KindMiss                    // a Recorder.Miss call
 	KindBroken                  // a Recorder.Broken call
 	KindEvicted                 // a Recorder.Evicted call
+	KindUsage                   // a UsageRecorder.Usage call
 )
 
-// String returns "hit", "miss", "broken" or "evicted" ("Kind(n)" for an invalid Kind).
+// String returns "hit", "miss", "broken", "evicted" or "usage" ("Kind(n)" for an invalid
+// Kind).
 func (k Kind) String() string {
 	switch k {
 	case KindHit:
@@ -27,6 +29,8 @@ func (k Kind) String() string {
 		return "broken"
 	case KindEvicted:
 		return "evicted"
+	case KindUsage:
+		return "usage"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -37,10 +41,12 @@ type Event struct {
 	Kind   Kind   // which Recorder method was called
 	Tier   string // the tier argument (copied)
 	Reason Reason // the reason argument of Broken; 0 for other kinds
+	// PromptTokens and CachedPromptTokens are the arguments of Usage; 0 for other kinds.
+	PromptTokens, CachedPromptTokens int64
 }
 
-// String renders the event as `kind tier="..."` plus ` reason=...` for broken events,
-// e.g. `broken tier="gold" reason=down`.
+// String renders the event as `kind tier="..."` plus ` reason=...` for broken events and
+// ` prompt=N cached=M` for usage events, e.g. `broken tier="gold" reason=down`.
 func (e Event) String() string {
 	var b strings.Builder
 	b.WriteString(e.Kind.String())
@@ -49,6 +55,12 @@ func (e Event) String() string {
 	if e.Kind == KindBroken || e.Reason != 0 {
 		b.WriteString(" reason=")
 		b.WriteString(e.Reason.String())
+	}
+	if e.Kind == KindUsage {
+		b.WriteString(" prompt=")
+		b.WriteString(strconv.FormatInt(e.PromptTokens, 10))
+		b.WriteString(" cached=")
+		b.WriteString(strconv.FormatInt(e.CachedPromptTokens, 10))
 	}
 	return b.String()
 }
@@ -82,6 +94,11 @@ func (r *Recording) Broken(tier string, reason Reason) {
 
 // Evicted logs a KindEvicted event.
 func (r *Recording) Evicted(tier string) { r.record(Event{Kind: KindEvicted, Tier: tier}) }
+
+// Usage logs a KindUsage event with its token counts (as given).
+func (r *Recording) Usage(tier string, promptTokens, cachedPromptTokens int64) {
+	r.record(Event{Kind: KindUsage, Tier: tier, PromptTokens: promptTokens, CachedPromptTokens: cachedPromptTokens})
+}
 
 // Events returns a copy of the events logged so far, oldest first (nil if none).
 // O(events), allocates the copy.

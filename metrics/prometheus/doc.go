@@ -24,15 +24,17 @@
 //
 //	agentserve_affinity_hits_total{tier}             counter
 //	agentserve_affinity_misses_total{tier}           counter
-//	agentserve_affinity_broken_total{tier,reason}    counter, reason: down | unhealthy | not_candidate
+//	agentserve_affinity_broken_total{tier,reason}    counter, reason: down | unhealthy | not_candidate | overloaded
 //	agentserve_affinity_evictions_total{tier}        counter
+//	agentserve_affinity_prompt_tokens_total{tier}    counter (metrics.UsageRecorder: prompt tokens of affinity hits)
+//	agentserve_affinity_cached_prompt_tokens_total{tier} counter (of those, served from the prefix cache)
 //	agentserve_affinity_bindings                     gauge (reads the ObserveBindings func at scrape time; 0 until set)
 //
 // Labels carry the tier only, never a session or backend ID, and the tier label is
 // bounded: with [WithTiers] only the allow-listed tiers keep their name; otherwise the
 // first [WithMaxTiers] distinct tiers (default 32) do. Every other tier is counted under
 // "other", and the empty tier is labelled "default". When a tier label is first created,
-// all its series (including the three broken reasons) start at 0.
+// all its series (including the four broken reasons) start at 0.
 //
 // Affinity hit rate in Grafana (PromQL), overall and by tier:
 //

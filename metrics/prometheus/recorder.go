@@ -20,14 +20,20 @@ const (
 	MetricBroken    = "agentserve_affinity_broken_total"    // counter {tier, reason}
 	MetricEvictions = "agentserve_affinity_evictions_total" // counter {tier}
 	MetricBindings  = "agentserve_affinity_bindings"        // gauge, no labels
+	// MetricPromptTokens and MetricCachedPromptTokens count the prompt tokens of affinity
+	// hits and how many of them the backend served from its prefix cache, as reported to
+	// a load-aware lease's Done (metrics.UsageRecorder). Achieved reuse in Grafana:
+	// rate(cached_prompt_tokens) / rate(prompt_tokens).
+	MetricPromptTokens       = "agentserve_affinity_prompt_tokens_total"        // counter {tier}
+	MetricCachedPromptTokens = "agentserve_affinity_cached_prompt_tokens_total" // counter {tier}
 )
 
 // Label names and special tier label values.
 const (
 	// LabelTier is the tier label of every counter.
 	LabelTier = "tier"
-	// LabelReason is the reason label of MetricBroken: "down", "unhealthy" or
-	// "not_candidate" (metrics.Reason.String).
+	// LabelReason is the reason label of MetricBroken: "down", "unhealthy",
+	// "not_candidate" or "overloaded" (metrics.Reason.String).
 	LabelReason = "reason"
 	// TierDefault is the label of the empty tier "". A tier literally named "default"
 	// shares its series.
@@ -107,6 +113,7 @@ func WithMaxTiers(n int) Option {
 // series. Folded tiers ("other") take the lock-free path too once the label set is full.
 type Recorder struct {
 	hits, misses, broken, evictions *prometheus.CounterVec
+	prompt, cached                  *prometheus.CounterVec
 	bindingsFn                      atomic.Pointer[func() int]
 
 	// tiers maps a tier string to its resolved counters: an immutable map replaced
@@ -123,15 +130,21 @@ type Recorder struct {
 // tierCounters are the pre-resolved children of one tier label.
 type tierCounters struct {
 	hits, misses, evictions prometheus.Counter
+	prompt, cached          prometheus.Counter
 	broken                  [metrics.NumReasons + 1]prometheus.Counter // index = Reason; [0] unused
 }
 
-var _ metrics.Recorder = (*Recorder)(nil)
+var (
+	_ metrics.Recorder      = (*Recorder)(nil)
+	_ metrics.UsageRecorder = (*Recorder)(nil)
+)
 
-// New creates a Recorder and registers its five series on reg:
+// New creates a Recorder and registers its seven series on reg:
 // agentserve_affinity_hits_total{tier}, agentserve_affinity_misses_total{tier},
-// agentserve_affinity_broken_total{tier,reason}, agentserve_affinity_evictions_total{tier}
-// and agentserve_affinity_bindings (see [Recorder.ObserveBindings]).
+// agentserve_affinity_broken_total{tier,reason}, agentserve_affinity_evictions_total{tier},
+// agentserve_affinity_prompt_tokens_total{tier},
+// agentserve_affinity_cached_prompt_tokens_total{tier} and agentserve_affinity_bindings
+// (see [Recorder.ObserveBindings]).
 //
 // reg must be non-nil ([ErrNilRegisterer]); pass a prometheus.NewRegistry() or your own
 // registry — New never uses the default registry. If a registration fails (for example a
@@ -140,7 +153,7 @@ var _ metrics.Recorder = (*Recorder)(nil)
 // not panic. Invalid options return [ErrInvalidOption]; nil options are ignored.
 //
 // Cost: call it once per registry; it creates the series of "other" and of every
-// allow-listed tier (one child per counter, three for broken) up front.
+// allow-listed tier (one child per counter, four for broken) up front.
 func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 	if reg == nil {
 		return nil, ErrNilRegisterer
@@ -163,10 +176,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 			Help: "Requests placed by rendezvous hashing (new session, expired or broken binding, or affinity disabled), by tier."},
 			[]string{LabelTier}),
 		broken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBroken,
-			Help: "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate)."},
+			Help: "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate, overloaded)."},
 			[]string{LabelTier, LabelReason}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEvictions,
 			Help: "Bindings evicted at the capacity limit (least recently used), by tier."},
+			[]string{LabelTier}),
+		prompt: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricPromptTokens,
+			Help: "Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens), by tier."},
+			[]string{LabelTier}),
+		cached: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCachedPromptTokens,
+			Help: "Prompt tokens of affinity hits served from the backend's prefix cache (usage.prompt_tokens_details.cached_tokens), by tier."},
 			[]string{LabelTier}),
 		max: cfg.maxTiers,
 	}
@@ -177,7 +196,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 	for _, c := range []struct {
 		name string
 		c    prometheus.Collector
-	}{{MetricHits, r.hits}, {MetricMisses, r.misses}, {MetricBroken, r.broken}, {MetricEvictions, r.evictions}, {MetricBindings, bindings}} {
+	}{{MetricHits, r.hits}, {MetricMisses, r.misses}, {MetricBroken, r.broken}, {MetricEvictions, r.evictions},
+		{MetricPromptTokens, r.prompt}, {MetricCachedPromptTokens, r.cached}, {MetricBindings, bindings}} {
 		if err := reg.Register(c.c); err != nil {
 			for _, done := range registered {
 				reg.Unregister(done)
@@ -211,8 +231,10 @@ func (r *Recorder) newTierCounters(label string) *tierCounters {
 		hits:      r.hits.WithLabelValues(label),
 		misses:    r.misses.WithLabelValues(label),
 		evictions: r.evictions.WithLabelValues(label),
+		prompt:    r.prompt.WithLabelValues(label),
+		cached:    r.cached.WithLabelValues(label),
 	}
-	for reason := metrics.ReasonDown; reason <= metrics.ReasonNotCandidate; reason++ {
+	for reason := metrics.ReasonDown; reason <= metrics.ReasonOverloaded; reason++ {
 		tc.broken[reason] = r.broken.WithLabelValues(label, reason.String())
 	}
 	return tc
@@ -281,13 +303,25 @@ func (r *Recorder) Miss(tier string) { r.resolve(tier).misses.Inc() }
 func (r *Recorder) Evicted(tier string) { r.resolve(tier).evictions.Inc() }
 
 // Broken counts one broken binding for tier and reason. An invalid reason (not one of
-// metrics.ReasonDown, ReasonUnhealthy, ReasonNotCandidate) is a caller bug and is dropped,
-// so the reason label keeps exactly its three values. 0 allocs for a known tier.
+// metrics.ReasonDown, ReasonUnhealthy, ReasonNotCandidate, ReasonOverloaded) is a caller
+// bug and is dropped, so the reason label keeps exactly its four values. 0 allocs for a known tier.
 func (r *Recorder) Broken(tier string, reason metrics.Reason) {
 	if !reason.Valid() {
 		return
 	}
 	r.resolve(tier).broken[reason].Inc()
+}
+
+// Usage adds the prompt tokens of one affinity hit and the cached ones among them to
+// agentserve_affinity_prompt_tokens_total and agentserve_affinity_cached_prompt_tokens_total
+// (negative values count as 0; cached is capped at prompt, so the ratio stays <= 1).
+// 0 allocs for a known tier.
+func (r *Recorder) Usage(tier string, promptTokens, cachedPromptTokens int64) {
+	p := max(promptTokens, 0)
+	c := min(max(cachedPromptTokens, 0), p)
+	tc := r.resolve(tier)
+	tc.prompt.Add(float64(p))
+	tc.cached.Add(float64(c))
 }
 
 // ObserveBindings makes agentserve_affinity_bindings report fn() at every scrape (e.g.

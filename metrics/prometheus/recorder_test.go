@@ -21,6 +21,7 @@ var _ metrics.Recorder = (*promaffinity.Recorder)(nil)
 var allNames = []string{
 	promaffinity.MetricHits, promaffinity.MetricMisses, promaffinity.MetricBroken,
 	promaffinity.MetricEvictions, promaffinity.MetricBindings,
+	promaffinity.MetricPromptTokens, promaffinity.MetricCachedPromptTokens,
 }
 
 const help = `# HELP agentserve_affinity_bindings Stored session-to-backend bindings (expired ones not yet reclaimed included), read at scrape time.
@@ -51,6 +52,11 @@ func TestExposition(t *testing.T) {
 	rec.Broken("", metrics.Reason(0)) // invalid: dropped
 	rec.Broken("", metrics.Reason(9)) // invalid: dropped
 	rec.Evicted("gpu-a100")
+	rec.Broken("gpu-a100", metrics.ReasonOverloaded)
+	rec.Usage("gpu-a100", 1000, 900)
+	rec.Usage("gpu-a100", 500, 0)
+	rec.Usage("", 100, 400) // cached capped at prompt
+	rec.Usage("", -1, -1)   // negatives count as 0
 
 	want := `# HELP agentserve_affinity_hits_total Requests served by the backend of the session's still-valid binding (affinity hits), by tier.
 # TYPE agentserve_affinity_hits_total counter
@@ -62,7 +68,7 @@ agentserve_affinity_hits_total{tier="other"} 0
 agentserve_affinity_misses_total{tier="default"} 1
 agentserve_affinity_misses_total{tier="gpu-a100"} 1
 agentserve_affinity_misses_total{tier="other"} 0
-# HELP agentserve_affinity_broken_total Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate).
+# HELP agentserve_affinity_broken_total Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate, overloaded).
 # TYPE agentserve_affinity_broken_total counter
 agentserve_affinity_broken_total{reason="down",tier="default"} 0
 agentserve_affinity_broken_total{reason="down",tier="gpu-a100"} 2
@@ -70,6 +76,9 @@ agentserve_affinity_broken_total{reason="down",tier="other"} 0
 agentserve_affinity_broken_total{reason="not_candidate",tier="default"} 1
 agentserve_affinity_broken_total{reason="not_candidate",tier="gpu-a100"} 0
 agentserve_affinity_broken_total{reason="not_candidate",tier="other"} 0
+agentserve_affinity_broken_total{reason="overloaded",tier="default"} 0
+agentserve_affinity_broken_total{reason="overloaded",tier="gpu-a100"} 1
+agentserve_affinity_broken_total{reason="overloaded",tier="other"} 0
 agentserve_affinity_broken_total{reason="unhealthy",tier="default"} 0
 agentserve_affinity_broken_total{reason="unhealthy",tier="gpu-a100"} 0
 agentserve_affinity_broken_total{reason="unhealthy",tier="other"} 0
@@ -78,6 +87,16 @@ agentserve_affinity_broken_total{reason="unhealthy",tier="other"} 0
 agentserve_affinity_evictions_total{tier="default"} 0
 agentserve_affinity_evictions_total{tier="gpu-a100"} 1
 agentserve_affinity_evictions_total{tier="other"} 0
+# HELP agentserve_affinity_prompt_tokens_total Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens), by tier.
+# TYPE agentserve_affinity_prompt_tokens_total counter
+agentserve_affinity_prompt_tokens_total{tier="default"} 100
+agentserve_affinity_prompt_tokens_total{tier="gpu-a100"} 1500
+agentserve_affinity_prompt_tokens_total{tier="other"} 0
+# HELP agentserve_affinity_cached_prompt_tokens_total Prompt tokens of affinity hits served from the backend's prefix cache (usage.prompt_tokens_details.cached_tokens), by tier.
+# TYPE agentserve_affinity_cached_prompt_tokens_total counter
+agentserve_affinity_cached_prompt_tokens_total{tier="default"} 100
+agentserve_affinity_cached_prompt_tokens_total{tier="gpu-a100"} 900
+agentserve_affinity_cached_prompt_tokens_total{tier="other"} 0
 ` + help + `agentserve_affinity_bindings 7
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), allNames...))
@@ -94,7 +113,7 @@ func TestCollectAndCompareFreshRecorder(t *testing.T) {
 	_ = rec
 	// Before any event: only the "other" children exist, bindings reads 0.
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(help+"agentserve_affinity_bindings 0\n"), promaffinity.MetricBindings))
-	assert.Equal(t, 1+1+3+1+1, testutil.CollectAndCount(reg), "other x (hits, misses, 3 broken, evictions) + bindings")
+	assert.Equal(t, 1+1+4+1+2+1, testutil.CollectAndCount(reg), "other x (hits, misses, 4 broken, evictions, 2 usage) + bindings")
 }
 
 func TestLint(t *testing.T) {
@@ -104,9 +123,10 @@ func TestLint(t *testing.T) {
 		rec.Hit(tier)
 		rec.Miss(tier)
 		rec.Evicted(tier)
-		for r := metrics.ReasonDown; r <= metrics.ReasonNotCandidate; r++ {
+		for r := metrics.ReasonDown; r <= metrics.ReasonOverloaded; r++ {
 			rec.Broken(tier, r)
 		}
+		rec.Usage(tier, 10, 5)
 	}
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
@@ -276,7 +296,7 @@ func TestConcurrentUse(t *testing.T) {
 				tier := fmt.Sprintf("t%d", (w+i)%16)
 				rec.Hit(tier)
 				rec.Miss(tier)
-				rec.Broken(tier, metrics.Reason(1+i%3))
+				rec.Broken(tier, metrics.Reason(1+i%4))
 				rec.Evicted(tier)
 				if i%100 == 0 {
 					_, _ = reg.Gather()
