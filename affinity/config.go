@@ -54,6 +54,10 @@ type Config struct {
 	// listed, or listed with a nil TTL, uses StickyTTLSeconds. At most 64 distinct
 	// non-zero TTL values overall.
 	Tiers map[string]TierConfig `yaml:"tiers,omitempty" json:"tiers,omitempty"`
+	// Load turns on load awareness for [Scheduler.Acquire] (bounded-load placement and
+	// spill of overloaded bindings); the zero value (key omitted) keeps pure stickiness.
+	// See [LoadConfig].
+	Load LoadConfig `yaml:"load,omitempty" json:"load,omitzero"`
 }
 
 // TierConfig is the per-tier part of [Config].
@@ -80,6 +84,7 @@ type resolved struct {
 	maxBindings int
 	maxSession  int
 	tierTTL     map[string]time.Duration // only tiers whose TTL differs from defTTL
+	load        loadParams
 }
 
 func checkTTL(field string, p *int64) (time.Duration, error) {
@@ -147,6 +152,9 @@ func (c Config) resolve() (resolved, error) {
 	}
 	if len(distinct) > maxTTLClasses {
 		return r, fmt.Errorf("%w: tiers: %d distinct sticky_ttl_seconds values (max %d)", ErrInvalidConfig, len(distinct), maxTTLClasses)
+	}
+	if r.load, err = c.Load.resolve(); err != nil {
+		return r, err
 	}
 	return r, nil
 }
@@ -225,6 +233,9 @@ type yamlNumbers struct {
 	Tiers             map[string]struct {
 		StickyTTLSeconds any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
 	} `yaml:"tiers" json:"tiers"`
+	Load struct {
+		QueuedRequestCost any `yaml:"queued_request_cost" json:"queued_request_cost"`
+	} `yaml:"load" json:"load"`
 }
 
 func (r yamlNumbers) check() error {
@@ -235,6 +246,9 @@ func (r yamlNumbers) check() error {
 		return err
 	}
 	if err := wholeNumber("max_session_id_bytes", r.MaxSessionIDBytes); err != nil {
+		return err
+	}
+	if err := wholeNumber("load.queued_request_cost", r.Load.QueuedRequestCost); err != nil {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Tiers)) {

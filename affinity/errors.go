@@ -25,6 +25,11 @@ var (
 	// ErrInvalidConfig: Config.Validate (and so New) rejected a field; the message names
 	// the field (by its yaml/json key) and the value.
 	ErrInvalidConfig = errors.New("affinity: invalid config")
+	// ErrInvalidCost: Acquire got a negative cost.
+	ErrInvalidCost = errors.New("affinity: invalid cost")
+	// ErrInvalidLoad: ReportLoad got an empty backend ID, a negative request count or a
+	// KV-cache usage outside [0, 1].
+	ErrInvalidLoad = errors.New("affinity: invalid load report")
 	// ErrClockRunning: CoarseClock.Run was called while another Run of the same clock
 	// was still running (a programmer error; the second call returns at once).
 	ErrClockRunning = errors.New("affinity: CoarseClock.Run already running")

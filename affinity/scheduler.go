@@ -25,6 +25,7 @@ type Scheduler struct {
 	rec    metrics.Recorder
 	log    *slog.Logger // nil: no logging
 	nodes  sync.Pool    // *[]hrw.Node scratch for misses over more than pickInline candidates
+	ld     *loadState   // leases and load awareness (lease.go)
 }
 
 // New validates cfg and returns a Scheduler. Errors wrap ErrInvalidConfig and name the
@@ -38,7 +39,7 @@ func New(cfg Config, opts ...Option) (*Scheduler, error) {
 	if o.health == nil {
 		o.health = health.NewSet()
 	}
-	return &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log}, nil
+	return &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log, ld: newLoadState(r.load, o.rec)}, nil
 }
 
 // Health returns the health set the Scheduler reads (the one given to WithHealth, or its

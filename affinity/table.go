@@ -38,6 +38,8 @@ type entry struct {
 	bprev, bnext uint32 // list of the backend slot
 	slot         uint32 // index into shard.slots
 	class        uint8  // TTL class (index into Table.ttls)
+	lflags       uint8  // load-awareness state of the binding (see lease.go); 0 on insert
+	lprompt      uint16 // last reported prompt tokens, in units of 64 (see lease.go)
 }
 
 type lruList struct{ head, tail uint32 }
@@ -619,6 +621,7 @@ func (t *Table) Stats() Stats {
 		st.Broken.Down += c.broken[metrics.ReasonDown]
 		st.Broken.Unhealthy += c.broken[metrics.ReasonUnhealthy]
 		st.Broken.NotCandidate += c.broken[metrics.ReasonNotCandidate]
+		st.Broken.Overloaded += c.broken[metrics.ReasonOverloaded]
 		st.Bindings += n
 	}
 	return st
@@ -642,10 +645,11 @@ type BrokenStats struct {
 	Down         uint64 // removed by OnBackendDown
 	Unhealthy    uint64 // found with its backend Down in the health set, still a candidate
 	NotCandidate uint64 // found with its backend missing from the candidates
+	Overloaded   uint64 // moved by a load-aware Acquire (a spill)
 }
 
-// Total returns Down + Unhealthy + NotCandidate.
-func (b BrokenStats) Total() uint64 { return b.Down + b.Unhealthy + b.NotCandidate }
+// Total returns Down + Unhealthy + NotCandidate + Overloaded.
+func (b BrokenStats) Total() uint64 { return b.Down + b.Unhealthy + b.NotCandidate + b.Overloaded }
 
 // HitRate returns Hits / (Hits + Misses), or 0 before any call.
 func (s Stats) HitRate() float64 {

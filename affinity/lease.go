@@ -1,0 +1,371 @@
+package affinity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Outcome says how [Scheduler.Acquire] placed a request, for logs and response headers.
+// The zero value is not a valid Outcome.
+type Outcome uint8
+
+const (
+	// OutcomeHit: the session's still-valid binding was honoured (AffinityHit is true).
+	OutcomeHit Outcome = iota + 1
+	// OutcomeMiss: no valid binding (new session, expired binding, or affinity disabled
+	// for the tier): placed along the session's HRW ranking and bound.
+	OutcomeMiss
+	// OutcomeRebind: a binding within its TTL could not be honoured (its backend Down,
+	// unhealthy or not a candidate), was counted broken with that reason and rebound.
+	OutcomeRebind
+	// OutcomeSpill: the binding's backend was overloaded and the spill guard moved the
+	// session along its own HRW ranking, counted as broken{reason="overloaded"}.
+	OutcomeSpill
+)
+
+// String returns "hit", "miss", "rebind" or "spill" ("Outcome(n)" if invalid).
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeHit:
+		return "hit"
+	case OutcomeMiss:
+		return "miss"
+	case OutcomeRebind:
+		return "rebind"
+	case OutcomeSpill:
+		return "spill"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// DoneInfo is what the caller knows when a leased request ends. Every field is optional;
+// the zero value means "ended, nothing reported".
+type DoneInfo struct {
+	// PromptTokens is usage.prompt_tokens of the response (0: not reported).
+	PromptTokens int64
+	// CachedPromptTokens is usage.prompt_tokens_details.cached_tokens: the prompt tokens
+	// the backend served from its prefix cache.
+	CachedPromptTokens int64
+	// CompletionTokens is usage.completion_tokens (kept for symmetry with the usage
+	// object; not used to decide).
+	CompletionTokens int64
+	// Err is the request's error, if any (nil: success). A failed request's usage is
+	// ignored.
+	Err error
+}
+
+// Lease is one request placed by [Scheduler.Acquire]: the backend to forward to, the
+// affinity-hit flag and the outcome, and the request's share of that backend's
+// outstanding load until [Lease.Done]. It is a small value: copy it freely; Done on any
+// copy releases the load once. The zero Lease is valid and its Done does nothing.
+//
+// Modelled on grpc-go's balancer.PickResult.Done: the picker decides and accounts, the
+// caller reports the end.
+type Lease struct {
+	// Backend is the caller's candidate value to forward the request to.
+	Backend Backend
+	// AffinityHit is true exactly when SelectBackend would have reported a hit: the
+	// backend of the session's still-valid binding served this turn.
+	AffinityHit bool
+	// Outcome is hit, miss, rebind or spill.
+	Outcome Outcome
+
+	rec *leaseRec
+	gen uint64
+}
+
+// leaseRec is the shared state behind the copies of one Lease, recycled through a
+// sync.Pool. gen advances on every Done, so a late Done with an old generation finds a
+// different number and does nothing, even if the record was reused meanwhile.
+type leaseRec struct {
+	gen     atomic.Uint64
+	s       *Scheduler
+	bl      *backendLoad
+	cost    int64
+	session string
+	tier    string
+	hit     bool
+}
+
+// Done releases the lease: the request no longer counts in its backend's outstanding
+// load. Only the first Done of a lease (over all its copies) counts; later calls, and
+// Done on the zero Lease, do nothing. Safe from any goroutine, also after
+// OnBackendDown(Backend.ID()) (the load is released; bindings are unaffected).
+//
+// When info reports usage (PromptTokens > 0) and no error: an affinity hit adds its
+// prompt and cached prompt tokens to the tier's achieved reuse ([Scheduler.Reuse], and
+// metrics.UsageRecorder if the Recorder implements it); with load awareness on, the
+// session's binding remembers the prompt size and whether the cache was lost (cached /
+// prompt <= cold_cache_ratio), which the spill guard uses.
+//
+// Cost: one compare-and-swap and two atomic adds, 0 allocs; with usage and load awareness
+// on, one xxh3 hash of the session ID and one shard lock.
+func (l Lease) Done(info DoneInfo) {
+	r := l.rec
+	if r == nil || !r.gen.CompareAndSwap(l.gen, l.gen+1) {
+		return
+	}
+	s, bl, cost, session, tier, hit := r.s, r.bl, r.cost, r.session, r.tier, r.hit
+	r.bl, r.session, r.tier = nil, "", ""
+	s.ld.leases.Put(r)
+	bl.requests.Add(-1)
+	bl.cost.Add(-cost)
+	if info.Err != nil || info.PromptTokens <= 0 {
+		return
+	}
+	prompt := info.PromptTokens
+	cached := min(max(info.CachedPromptTokens, 0), prompt)
+	if s.ld.p.on {
+		s.noteUsage(session, tier, bl, hit, prompt, cached)
+	}
+	if hit {
+		s.ld.usage.add(tier, prompt, cached)
+		if s.ld.urec != nil {
+			s.ld.urec.Usage(tier, prompt, cached)
+		}
+	}
+}
+
+// Binding load flags (entry.lflags).
+const (
+	flagKnown uint8 = 1 << iota // lprompt holds the last reported prompt size
+	flagCold                    // the last hit reported (almost) no cached tokens
+)
+
+// promptUnit is the granularity of entry.lprompt in tokens.
+const promptUnit = 64
+
+// loadState is the Scheduler's load-awareness state.
+type loadState struct {
+	p       loadParams
+	loads   loadTable
+	usage   usageTable
+	leases  sync.Pool // *leaseRec
+	scratch sync.Pool // *walkScratch, walks over more than walkInline candidates
+	urec    metrics.UsageRecorder
+}
+
+func newLoadState(p loadParams, rec metrics.Recorder) *loadState {
+	ld := &loadState{p: p}
+	ld.urec, _ = rec.(metrics.UsageRecorder)
+	return ld
+}
+
+func hashID(id string) uint64 { return hrw.NodeHash(id) }
+
+// noteUsage stores the reported prompt size and the cold flag in the session's binding if
+// it is still bound to the lease's backend.
+func (s *Scheduler) noteUsage(session, tier string, bl *backendLoad, hit bool, prompt, cached int64) {
+	kh := hrw.KeyHash(session)
+	sh := s.t.shardFor(kh)
+	sh.mu.Lock()
+	if i := sh.idx.find(sh, uint32(kh), tier, session); i != 0 {
+		e := sh.at(i)
+		if sh.slots[e.slot].id == bl.id {
+			e.lprompt = uint16(min((prompt+promptUnit-1)/promptUnit, 1<<16-1))
+			e.lflags |= flagKnown
+			if hit && cached*1000 <= prompt*s.ld.p.coldPerMill {
+				e.lflags |= flagCold
+			} else {
+				e.lflags &^= flagCold
+			}
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// reprefill estimates the prompt tokens a move of binding e throws away: 0 if its last hit
+// found the cache lost, else min(last reported prompt tokens, units), else units.
+func reprefill(e *entry, units int64) int64 {
+	switch {
+	case e.lflags&flagCold != 0:
+		return 0
+	case e.lflags&flagKnown != 0:
+		return min(int64(e.lprompt)*promptUnit, units)
+	}
+	return units
+}
+
+// lease builds the Lease for candidates[i] and accounts its load.
+func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units int64, session, tier string) Lease {
+	if bl == nil {
+		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
+	}
+	bl.requests.Add(1)
+	bl.cost.Add(units)
+	r, ok := s.ld.leases.Get().(*leaseRec)
+	if !ok {
+		r = &leaseRec{s: s}
+	}
+	r.bl, r.cost, r.session, r.tier, r.hit = bl, units, session, tier, hit
+	return Lease{Backend: b, AffinityHit: hit, Outcome: o, rec: r, gen: r.gen.Load()}
+}
+
+// Acquire decides like SelectBackend and leases the request: the chosen backend's
+// outstanding load grows by one request and by cost until [Lease.Done]. cost is the
+// request's estimated prefill work in prompt tokens (body bytes / 4, or the previous
+// turn's usage); 0 counts as 1, negative is ErrInvalidCost.
+//
+// With load awareness off (Config.Load absent) the decision is exactly SelectBackend's.
+// With it on, a miss walks the session's HRW ranking over the eligible candidates and
+// takes the first backend whose load, this request counted, is within balance_factor x
+// the mean; a hit whose backend is over that bound moves (a spill) when the spill guard
+// allows it. The package documentation ("Load awareness") states the rules.
+//
+// Errors: those of SelectBackend, and ErrInvalidCost; nothing is stored, counted or
+// leased then. Safe for concurrent use. Cost: SelectBackend's plus two atomic adds and a
+// pooled lease record (0 allocs in the steady state); with load awareness on, a hit on a
+// busy backend and every miss read the load of each candidate (O(len(candidates)) atomic
+// loads and lock-free map lookups; a sort only when the HRW winner is over the bound).
+func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (Lease, error) {
+	if cost < 0 {
+		return Lease{}, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	}
+	if err := s.validate(sessionID, tier, candidates); err != nil {
+		return Lease{}, err
+	}
+	units := max(cost, 1)
+	t := s.t
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
+	cls, enabled := t.classOf(tier)
+	if !enabled { // TTL 0: the (bounded-load) HRW winner, nothing stored
+		pl, err := s.placeNew(kh, candidates, units)
+		if err != nil {
+			return Lease{}, err
+		}
+		sh.mu.Lock()
+		sh.c.misses++
+		sh.mu.Unlock()
+		s.rec.Miss(tier)
+		return s.lease(candidates[pl.w], pl.bl, false, OutcomeMiss, units, sessionID, tier), nil
+	}
+
+	now := t.clock.now()
+	var pl placement
+	pl.w, pl.st = -1, health.Healthy
+	for {
+		sh.mu.Lock()
+		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
+		found := i != 0
+		var reason metrics.Reason
+		var boundID string
+		spill := placement{w: -1}
+		if found {
+			e := sh.at(i)
+			if now-e.lastUse < t.ttls[e.class] {
+				slot := &sh.slots[e.slot]
+				boundID = slot.id
+				ci, bad := findBackend(candidates, slot.hash, slot.id)
+				switch {
+				case bad >= 0:
+					sh.mu.Unlock()
+					return Lease{}, invalidCandidate(bad)
+				case ci < 0:
+					reason = metrics.ReasonNotCandidate
+				case s.state(slot.id) == health.Down:
+					reason = metrics.ReasonUnhealthy
+				default:
+					var bl *backendLoad
+					if s.ld.p.on {
+						bl = s.ld.loads.get(slot.id, slot.hash)
+						if s.ld.p.spill {
+							spill = s.spillTarget(kh, candidates, ci, bl, units, reprefill(e, units))
+						}
+					}
+					if spill.w < 0 { // hit (also the losers of concurrent first turns)
+						sh.touch(i, e, now)
+						sh.c.hits++
+						sh.mu.Unlock()
+						s.rec.Hit(tier)
+						return s.lease(candidates[ci], bl, true, OutcomeHit, units, sessionID, tier), nil
+					}
+					reason = metrics.ReasonOverloaded
+					pl = spill
+				}
+			}
+		}
+		if pl.w < 0 {
+			sh.mu.Unlock()
+			var err error
+			if pl, err = s.placeNew(kh, candidates, units); err != nil {
+				return Lease{}, err
+			}
+			continue
+		}
+		if s.state(candidates[pl.w].node.ID()) != pl.st {
+			sh.mu.Unlock()
+			pl.w = -1
+			continue
+		}
+		if found {
+			sh.remove(i)
+			if reason != 0 {
+				sh.c.broken[reason]++
+			} else {
+				sh.c.expired++
+			}
+		}
+		wb := &candidates[pl.w].node
+		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), wb.Hash(), now)
+		sh.c.misses++
+		sh.mu.Unlock()
+		out := OutcomeMiss
+		if reason != 0 {
+			out = OutcomeRebind
+			if reason == metrics.ReasonOverloaded {
+				out = OutcomeSpill
+			}
+			s.rec.Broken(tier, reason)
+			if s.log != nil {
+				attrs := []slog.Attr{slog.String("tier", tier), slog.String("reason", reason.String()),
+					slog.String("from", boundID), slog.String("to", wb.ID())}
+				if reason == metrics.ReasonOverloaded {
+					attrs = append(attrs, slog.Int64("wait_from", spill.boundLoad), slog.Int64("wait_to", spill.load))
+				}
+				s.log.LogAttrs(context.Background(), slog.LevelDebug, "affinity: broken binding rebound", attrs...)
+			}
+		}
+		if ev {
+			s.rec.Evicted(evTier)
+		}
+		s.rec.Miss(tier)
+		return s.lease(candidates[pl.w], pl.bl, false, out, units, sessionID, tier), nil
+	}
+}
+
+// placeNew places a new (or rebound) session: SelectBackend's HRW winner with load
+// awareness off, else the bounded-load walk.
+func (s *Scheduler) placeNew(kh uint64, cands []Backend, units int64) (placement, error) {
+	if !s.ld.p.on {
+		w, st, err := s.pick(kh, cands)
+		return placement{w: w, st: st}, err
+	}
+	return s.walk(kh, cands, units, -1)
+}
+
+// spillTarget returns the placement a hit on candidates[ci] (whose load is bl) should move
+// to, or w = -1 to stay: an idle backend is never overloaded; otherwise the bound backend
+// must be over the bound, a target under the bound must exist after it on the session's
+// HRW ranking, and wait(bound) - wait(target) > spill_cost_weight x rp.
+func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendLoad, units, rp int64) placement {
+	stay := placement{w: -1}
+	if bl.view(s.ld.p.queuedCost) == 0 {
+		return stay
+	}
+	pl, err := s.walk(kh, cands, units, ci)
+	if err != nil || !pl.boundOver || pl.w < 0 {
+		return stay
+	}
+	if float64(pl.boundLoad-pl.load) <= s.ld.p.weight*float64(rp) {
+		return stay
+	}
+	return pl
+}

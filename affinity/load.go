@@ -1,0 +1,308 @@
+package affinity
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Defaults of [LoadConfig] applied when a field is zero (or nil) and load awareness is on.
+const (
+	// DefaultSpillCostWeight is spill_cost_weight when the key is omitted (nil).
+	DefaultSpillCostWeight = 1.0
+	// DefaultQueuedRequestCost is queued_request_cost when 0: the prompt tokens charged for
+	// each request a backend reports (ReportLoad) beyond the ones leased here.
+	DefaultQueuedRequestCost = 1024
+	// DefaultColdCacheRatio is cold_cache_ratio when 0.
+	DefaultColdCacheRatio = 0.05
+)
+
+// LoadConfig is the `load:` block of [Config]: load awareness for [Scheduler.Acquire].
+// The zero value (the key omitted) is off: Acquire then decides exactly as SelectBackend.
+// SelectBackend never looks at load, whatever this block says.
+//
+// Units: load is outstanding prefill work in prompt tokens ("cost" in Acquire; a request
+// with cost 0 counts as 1 token, so callers that do not estimate cost get the
+// request-count semantics of Envoy's and HAProxy's hash balance factor).
+type LoadConfig struct {
+	// BalanceFactor bounds the load of a backend that receives a new session (or a
+	// spilled one) to BalanceFactor x the mean load of the eligible candidates, this
+	// request counted ("Consistent Hashing with Bounded Loads", Mirrokni, Thorup and
+	// Zadimoghaddam, SODA 2018; Envoy's and HAProxy's hash_balance_factor, there in
+	// percent). 0 (the default) turns load awareness off; otherwise it must be a finite
+	// number >= 1.0. 1.25 is a common choice.
+	BalanceFactor float64 `yaml:"balance_factor,omitempty" json:"balance_factor,omitempty"`
+	// SpillCostWeight is w in the spill guard: a session whose bound backend is over the
+	// bound moves only when wait(bound) - wait(target) > w x reprefill(session), all in
+	// prompt tokens. nil (omitted) means DefaultSpillCostWeight (1.0): move when the
+	// queue saved is larger than the prefix thrown away. Must be finite and >= 0.
+	SpillCostWeight *float64 `yaml:"spill_cost_weight,omitempty" json:"spill_cost_weight,omitempty"`
+	// DisableSpill keeps every valid binding where it is (only new sessions are placed by
+	// bounded load).
+	DisableSpill bool `yaml:"disable_spill,omitempty" json:"disable_spill,omitempty"`
+	// QueuedRequestCost is the prompt tokens charged for each request a backend reports
+	// through [Scheduler.ReportLoad] (waiting + running) beyond those leased by this
+	// Scheduler, e.g. requests of other gateway replicas. 0 means
+	// DefaultQueuedRequestCost (1024); negative is ErrInvalidConfig.
+	QueuedRequestCost int64 `yaml:"queued_request_cost,omitempty" json:"queued_request_cost,omitempty"`
+	// ColdCacheRatio: a binding whose last hit reported cached / prompt tokens at or below
+	// this ratio has lost its prefix on the backend (evicted there), so moving it costs
+	// nothing: the spill guard uses reprefill 0 for it. 0 means DefaultColdCacheRatio
+	// (0.05); must lie in [0, 1].
+	ColdCacheRatio float64 `yaml:"cold_cache_ratio,omitempty" json:"cold_cache_ratio,omitempty"`
+}
+
+// SpillWeight returns a pointer to w, for building a LoadConfig in code.
+func SpillWeight(w float64) *float64 { return &w }
+
+// loadParams is a validated LoadConfig with the defaults applied.
+type loadParams struct {
+	on          bool
+	factor      float64
+	weight      float64
+	spill       bool
+	queuedCost  int64
+	coldPerMill int64 // cold_cache_ratio x 1000
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+func (c LoadConfig) resolve() (loadParams, error) {
+	var p loadParams
+	switch f := c.BalanceFactor; {
+	case f == 0:
+	case !finite(f) || f < 1:
+		return p, fmt.Errorf("%w: load.balance_factor: %v (want 0 = off, or >= 1.0)", ErrInvalidConfig, f)
+	default:
+		p.on, p.factor = true, f
+	}
+	p.weight = DefaultSpillCostWeight
+	if w := c.SpillCostWeight; w != nil {
+		if !finite(*w) || *w < 0 {
+			return p, fmt.Errorf("%w: load.spill_cost_weight: %v (want a finite number >= 0)", ErrInvalidConfig, *w)
+		}
+		p.weight = *w
+	}
+	p.spill = !c.DisableSpill
+	switch q := c.QueuedRequestCost; {
+	case q < 0:
+		return p, fmt.Errorf("%w: load.queued_request_cost: %d is negative", ErrInvalidConfig, q)
+	case q == 0:
+		p.queuedCost = DefaultQueuedRequestCost
+	default:
+		p.queuedCost = q
+	}
+	switch r := c.ColdCacheRatio; {
+	case !finite(r) || r < 0 || r > 1:
+		return p, fmt.Errorf("%w: load.cold_cache_ratio: %v (want [0, 1])", ErrInvalidConfig, r)
+	case r == 0:
+		p.coldPerMill = DefaultColdCacheRatio * 1000
+	default:
+		p.coldPerMill = int64(math.Round(r * 1000))
+	}
+	return p, nil
+}
+
+// BackendLoad is a backend's own report of its queue, for [Scheduler.ReportLoad]: the
+// vLLM gauges vllm:num_requests_waiting, vllm:num_requests_running and
+// vllm:kv_cache_usage_perc (or their peers' equivalents).
+type BackendLoad struct {
+	Waiting int64   // requests queued, not yet scheduled
+	Running int64   // requests being processed
+	KVCache float64 // KV-cache usage in [0, 1] (reported back in LoadStats; not used to decide)
+}
+
+// backendLoad is the outstanding load of one backend: leases not yet Done, their cost, and
+// the backend's last report. All fields are atomics; one per backend ID ever seen.
+type backendLoad struct {
+	id       string
+	requests atomic.Int64 // in-flight leases
+	cost     atomic.Int64 // their cost, prompt tokens (>= 1 each)
+	reported atomic.Int64 // Waiting + Running of the last ReportLoad
+	kvMilli  atomic.Int64 // KVCache x 1000 of the last ReportLoad
+	next     *backendLoad // same node hash, different ID (p ~ 2^-64)
+}
+
+// view returns the backend's load in prompt tokens as the placement rules see it: the cost
+// leased here plus queuedCost for each reported request beyond the ones leased here.
+func (b *backendLoad) view(queuedCost int64) int64 {
+	l := b.cost.Load()
+	if rep := b.reported.Load(); rep > 0 {
+		if extra := rep - b.requests.Load(); extra > 0 {
+			l += extra * queuedCost
+		}
+	}
+	return l
+}
+
+// loadTable maps backend IDs (by their hrw node hash) to their load: an immutable map
+// replaced copy-on-write when a backend is first seen, so lookups take no lock.
+type loadTable struct {
+	m  atomic.Pointer[map[uint64]*backendLoad]
+	mu sync.Mutex // serializes writers
+}
+
+// get returns the load of the backend (id, hash), creating it on first sight. 0 allocs
+// for a known backend.
+func (t *loadTable) get(id string, hash uint64) *backendLoad {
+	if m := t.m.Load(); m != nil {
+		for b := (*m)[hash]; b != nil; b = b.next {
+			if b.id == id {
+				return b
+			}
+		}
+	}
+	return t.add(id, hash)
+}
+
+func (t *loadTable) add(id string, hash uint64) *backendLoad {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var old map[uint64]*backendLoad
+	if p := t.m.Load(); p != nil {
+		old = *p
+	}
+	for b := old[hash]; b != nil; b = b.next {
+		if b.id == id {
+			return b
+		}
+	}
+	m := make(map[uint64]*backendLoad, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	b := &backendLoad{id: strings.Clone(id), next: old[hash]}
+	m[hash] = b
+	t.m.Store(&m)
+	return b
+}
+
+// usageTable keeps the achieved reuse per tier (prompt and cached prompt tokens of hits),
+// copy-on-write like metrics.Counters, bounded to maxUsageTiers tiers (the rest fold into
+// metrics.OtherTier).
+type usageTable struct {
+	m  atomic.Pointer[map[string]*tierUsage]
+	mu sync.Mutex
+}
+
+const maxUsageTiers = 64
+
+type tierUsage struct{ prompt, cached atomic.Uint64 }
+
+func (u *usageTable) add(tier string, prompt, cached int64) {
+	var tu *tierUsage
+	if m := u.m.Load(); m != nil {
+		tu = (*m)[tier]
+	}
+	if tu == nil {
+		tu = u.addTier(tier)
+	}
+	tu.prompt.Add(uint64(prompt))
+	tu.cached.Add(uint64(cached))
+}
+
+func (u *usageTable) addTier(tier string) *tierUsage {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var old map[string]*tierUsage
+	if p := u.m.Load(); p != nil {
+		old = *p
+	}
+	if tu, ok := old[tier]; ok {
+		return tu
+	}
+	if len(old) >= maxUsageTiers {
+		tier = metrics.OtherTier
+		if tu, ok := old[tier]; ok {
+			return tu
+		}
+	}
+	m := make(map[string]*tierUsage, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	tu := &tierUsage{}
+	m[strings.Clone(tier)] = tu
+	u.m.Store(&m)
+	return tu
+}
+
+// TierReuse is the achieved prefix reuse of one tier: the prompt tokens of its affinity
+// hits and how many of them the backends served from their prefix caches, as reported to
+// [Lease.Done].
+type TierReuse struct {
+	PromptTokens       uint64
+	CachedPromptTokens uint64
+}
+
+// Ratio returns CachedPromptTokens / PromptTokens, or 0 when nothing was reported.
+func (r TierReuse) Ratio() float64 {
+	if r.PromptTokens == 0 {
+		return 0
+	}
+	return float64(r.CachedPromptTokens) / float64(r.PromptTokens)
+}
+
+// LoadSnapshot is one backend's outstanding load as [Scheduler.Load] sees it.
+type LoadSnapshot struct {
+	Requests int64   // leases acquired and not yet Done
+	Cost     int64   // their cost in prompt tokens (each at least 1)
+	Reported int64   // Waiting + Running of the last ReportLoad (0 if none)
+	KVCache  float64 // KV-cache usage of the last ReportLoad
+}
+
+// Load returns the outstanding load of backendID (zero for a backend never leased or
+// reported). Lock-free, 0 allocs. Safe for concurrent use.
+func (s *Scheduler) Load(backendID string) LoadSnapshot {
+	var out LoadSnapshot
+	m := s.ld.loads.m.Load()
+	if m == nil {
+		return out
+	}
+	for b := (*m)[hashID(backendID)]; b != nil; b = b.next {
+		if b.id == backendID {
+			out.Requests = b.requests.Load()
+			out.Cost = b.cost.Load()
+			out.Reported = b.reported.Load()
+			out.KVCache = float64(b.kvMilli.Load()) / 1000
+		}
+	}
+	return out
+}
+
+// ReportLoad records backendID's own report of its queue (for example scraped from
+// vLLM's /metrics), replacing the previous one; BackendLoad{} clears it. With load
+// awareness on, the Waiting + Running requests beyond those leased by this Scheduler count
+// queued_request_cost prompt tokens each in the backend's load (see the package
+// documentation, "Load awareness"). Negative counts are ErrInvalidLoad, as is an empty ID
+// or a KVCache outside [0, 1]. Lock-free after the backend's first sight; 0 allocs.
+func (s *Scheduler) ReportLoad(backendID string, l BackendLoad) error {
+	switch {
+	case backendID == "":
+		return fmt.Errorf("%w: empty backend ID", ErrInvalidLoad)
+	case l.Waiting < 0 || l.Running < 0:
+		return fmt.Errorf("%w: %s: waiting %d, running %d", ErrInvalidLoad, errTrunc(backendID), l.Waiting, l.Running)
+	case !finite(l.KVCache) || l.KVCache < 0 || l.KVCache > 1:
+		return fmt.Errorf("%w: %s: kv cache usage %v not in [0, 1]", ErrInvalidLoad, errTrunc(backendID), l.KVCache)
+	}
+	b := s.ld.loads.get(backendID, hashID(backendID))
+	b.reported.Store(l.Waiting + l.Running)
+	b.kvMilli.Store(int64(math.Round(l.KVCache * 1000)))
+	return nil
+}
+
+// Reuse returns the achieved reuse of tier's affinity hits reported to Lease.Done (tiers
+// beyond the first 64 are folded into metrics.OtherTier). Lock-free, 0 allocs.
+func (s *Scheduler) Reuse(tier string) TierReuse {
+	if m := s.ld.usage.m.Load(); m != nil {
+		if tu, ok := (*m)[tier]; ok {
+			c := tu.cached.Load()
+			return TierReuse{PromptTokens: tu.prompt.Load(), CachedPromptTokens: c}
+		}
+	}
+	return TierReuse{}
+}
