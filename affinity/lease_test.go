@@ -1,0 +1,472 @@
+package affinity_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+var leaseEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func backendsN(n int) []affinity.Backend {
+	bs := make([]affinity.Backend, n)
+	for i := range bs {
+		bs[i] = affinity.MustBackend(fmt.Sprintf("b%02d", i), fmt.Sprintf("http://10.0.0.%d", i), 1)
+	}
+	return bs
+}
+
+func loadCfg(factor, weight float64) affinity.Config {
+	return affinity.Config{Load: affinity.LoadConfig{BalanceFactor: factor, SpillCostWeight: affinity.SpillWeight(weight)}}
+}
+
+func newSched(t testing.TB, cfg affinity.Config, opts ...affinity.Option) (*affinity.Scheduler, *affinitytest.Clock) {
+	t.Helper()
+	clk := affinitytest.NewClock(leaseEpoch)
+	s, err := affinity.New(cfg, append([]affinity.Option{affinity.WithClock(clk)}, opts...)...)
+	require.NoError(t, err)
+	return s, clk
+}
+
+// TestAcquireLoadOffDecidesAsSelectBackend replays one random sequence of calls (new and
+// returning sessions, candidate subsets and orders, health changes, TTL expiry, tiers
+// with TTL 0) through SelectBackend on one Scheduler and Acquire on another, load
+// awareness off: every decision, hit flag, error and counter must agree.
+func TestAcquireLoadOffDecidesAsSelectBackend(t *testing.T) {
+	cfg := affinity.Config{StickyTTLSeconds: affinity.TTLSeconds(60),
+		Tiers: map[string]affinity.TierConfig{"off": {StickyTTLSeconds: affinity.TTLSeconds(0)}}}
+	sel, clkA := newSched(t, cfg)
+	acq, clkB := newSched(t, cfg)
+	all := backendsN(6)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var leases []affinity.Lease
+	for step := range 20000 {
+		switch k := rng.IntN(100); {
+		case k < 3:
+			id := all[rng.IntN(len(all))].ID()
+			require.Equal(t, sel.OnBackendDown(id), acq.OnBackendDown(id))
+		case k < 6:
+			id := all[rng.IntN(len(all))].ID()
+			sel.OnBackendUp(id)
+			acq.OnBackendUp(id)
+		case k < 7:
+			id := all[rng.IntN(len(all))].ID()
+			sel.OnBackendDraining(id)
+			acq.OnBackendDraining(id)
+		case k < 10:
+			d := time.Duration(rng.IntN(40)) * time.Second
+			clkA.Advance(d)
+			clkB.Advance(d)
+		default:
+			cands := append([]affinity.Backend(nil), all...)
+			rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+			cands = cands[:1+rng.IntN(len(cands))]
+			session := fmt.Sprintf("s%d", rng.IntN(300))
+			tier := [...]string{"", "gold", "off"}[rng.IntN(3)]
+			b, hit, err1 := sel.SelectBackend(session, tier, cands)
+			l, err2 := acq.Acquire(session, tier, cands, int64(rng.IntN(5000)))
+			require.Equal(t, err1 == nil, err2 == nil, "step %d: errors %v / %v", step, err1, err2)
+			if err1 != nil {
+				require.True(t, errors.Is(err2, affinity.ErrNoEligibleBackend) && errors.Is(err1, affinity.ErrNoEligibleBackend))
+				continue
+			}
+			require.Equal(t, b.ID(), l.Backend.ID(), "step %d", step)
+			require.Equal(t, hit, l.AffinityHit, "step %d", step)
+			require.Equal(t, hit, l.Outcome == affinity.OutcomeHit, "step %d: outcome %v", step, l.Outcome)
+			leases = append(leases, l)
+			if rng.IntN(2) == 0 { // release some at once, the rest at the end
+				l.Done(affinity.DoneInfo{})
+			}
+		}
+	}
+	assert.Equal(t, sel.Stats(), acq.Stats())
+	for _, l := range leases {
+		l.Done(affinity.DoneInfo{})
+	}
+	for _, b := range all {
+		assert.Equal(t, affinity.LoadSnapshot{}, acq.Load(b.ID()), b.ID())
+	}
+}
+
+func TestLeaseDoneIdempotent(t *testing.T) {
+	s, _ := newSched(t, loadCfg(1.25, 1))
+	bs := backendsN(3)
+	l, err := s.Acquire("s1", "", bs, 700)
+	require.NoError(t, err)
+	assert.Equal(t, affinity.OutcomeMiss, l.Outcome)
+	id := l.Backend.ID()
+	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 700}, s.Load(id))
+
+	cp := l // a copy shares the lease
+	l.Done(affinity.DoneInfo{})
+	cp.Done(affinity.DoneInfo{})
+	l.Done(affinity.DoneInfo{})
+	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id), "released once")
+
+	// A stale copy must not release a later lease that reuses the record.
+	l2, err := s.Acquire("s1", "", bs, 0)
+	require.NoError(t, err)
+	assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
+	cp.Done(affinity.DoneInfo{})
+	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 1}, s.Load(id), "cost 0 counts 1; stale Done ignored")
+
+	// Done after OnBackendDown releases the load; bindings are gone, Done does not care.
+	assert.Equal(t, 1, s.OnBackendDown(id))
+	l2.Done(affinity.DoneInfo{PromptTokens: 100, CachedPromptTokens: 90})
+	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id))
+
+	affinity.Lease{}.Done(affinity.DoneInfo{}) // zero Lease: no-op
+
+	// From another goroutine.
+	l3, err := s.Acquire("s2", "", bs, 10)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { l3.Done(affinity.DoneInfo{}); close(done) }()
+	<-done
+	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l3.Backend.ID()))
+}
+
+func TestAcquireErrors(t *testing.T) {
+	s, _ := newSched(t, loadCfg(1.25, 1))
+	bs := backendsN(2)
+	tests := []struct {
+		name    string
+		session string
+		cands   []affinity.Backend
+		cost    int64
+		want    error
+	}{
+		{"negative cost", "s", bs, -1, affinity.ErrInvalidCost},
+		{"empty session", "", bs, 1, affinity.ErrEmptySessionID},
+		{"no candidates", "s", nil, 1, affinity.ErrNoCandidates},
+		{"zero backend", "s", []affinity.Backend{bs[0], {}}, 1, affinity.ErrInvalidBackend},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := s.Acquire(tt.session, "", tt.cands, tt.cost)
+			require.ErrorIs(t, err, tt.want)
+			assert.Equal(t, affinity.Lease{}, l)
+		})
+	}
+	for _, id := range []string{"b00", "b01"} {
+		s.OnBackendDown(id)
+	}
+	_, err := s.Acquire("s", "", bs, 1)
+	require.ErrorIs(t, err, affinity.ErrNoEligibleBackend)
+	assert.Equal(t, affinity.Stats{}, s.Stats(), "nothing counted")
+	for _, b := range bs {
+		assert.Equal(t, affinity.LoadSnapshot{}, s.Load(b.ID()), "nothing leased")
+	}
+}
+
+// TestBoundedLoadFlood: thousands of new sessions arrive while none completes, many of
+// them hot keys (sessions whose HRW winner is the same backend). After every placement
+// no backend holds more than balance_factor x the mean, unless it held nothing before.
+func TestBoundedLoadFlood(t *testing.T) {
+	for _, factor := range []float64{1.0, 1.25, 2} {
+		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+			s, _ := newSched(t, loadCfg(factor, 1))
+			bs := backendsN(8)
+			ref, _ := newSched(t, affinity.Config{})
+			// Hot keys: sessions whose plain HRW winner is b00.
+			var hot []string
+			for i := 0; len(hot) < 2000; i++ {
+				id := fmt.Sprintf("hot%d", i)
+				if b, _, _ := ref.SelectBackend(id, "", bs); b.ID() == "b00" {
+					hot = append(hot, id)
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			var total int64
+			for i, id := range hot {
+				cost := int64(100 + rng.IntN(900))
+				before := map[string]int64{}
+				least := int64(-1)
+				for _, b := range bs {
+					before[b.ID()] = s.Load(b.ID()).Cost
+					if least < 0 || before[b.ID()] < least {
+						least = before[b.ID()]
+					}
+				}
+				l, err := s.Acquire(id, "", bs, cost)
+				require.NoError(t, err)
+				total += cost
+				got := s.Load(l.Backend.ID()).Cost
+				bound := factor * float64(total) / float64(len(bs))
+				// Within the bound, or idle before, or — when no backend had room — the
+				// least loaded.
+				if float64(got) > bound+1e-9 && got != cost {
+					require.Equal(t, least, before[l.Backend.ID()],
+						"request %d: %s holds %d, bound %.1f, yet it was not the least loaded", i, l.Backend.ID(), got, bound)
+					for _, b := range bs {
+						require.Greater(t, float64(before[b.ID()]+cost), bound-1e-9, "request %d: %s had room", i, b.ID())
+					}
+				}
+			}
+			var maxLoad int64
+			for _, b := range bs {
+				maxLoad = max(maxLoad, s.Load(b.ID()).Cost)
+			}
+			assert.LessOrEqual(t, float64(maxLoad), factor*float64(total)/8+1000, "max %d", maxLoad)
+		})
+	}
+}
+
+// TestLoadDeterminism: two Schedulers (two gateway replicas) fed the same requests and
+// the same load reports place and spill every session identically.
+func TestLoadDeterminism(t *testing.T) {
+	var rs [2]*affinity.Scheduler
+	for k := range rs {
+		rs[k], _ = newSched(t, loadCfg(1.2, 0.5))
+	}
+	bs := backendsN(7)
+	rng := rand.New(rand.NewPCG(5, 6))
+	type open struct{ l [2]affinity.Lease }
+	var live []open
+	spills := 0
+	for step := range 6000 {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(live))
+			info := affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: int64(rng.IntN(2000))}
+			for k := range rs {
+				live[j].l[k].Done(info)
+			}
+			live = append(live[:j], live[j+1:]...)
+			continue
+		}
+		if rng.IntN(50) == 0 {
+			rep := affinity.BackendLoad{Waiting: int64(rng.IntN(20)), Running: int64(rng.IntN(20))}
+			id := bs[rng.IntN(len(bs))].ID()
+			for k := range rs {
+				require.NoError(t, rs[k].ReportLoad(id, rep))
+			}
+		}
+		session := fmt.Sprintf("s%d", rng.IntN(400))
+		cost := int64(1 + rng.IntN(8000))
+		var o open
+		for k := range rs {
+			l, err := rs[k].Acquire(session, "", bs, cost)
+			require.NoError(t, err)
+			o.l[k] = l
+		}
+		require.Equal(t, o.l[0].Backend.ID(), o.l[1].Backend.ID(), "step %d", step)
+		require.Equal(t, o.l[0].Outcome, o.l[1].Outcome, "step %d", step)
+		if o.l[0].Outcome == affinity.OutcomeSpill {
+			spills++
+		}
+		live = append(live, o)
+	}
+	assert.Equal(t, rs[0].Stats(), rs[1].Stats())
+	assert.Positive(t, spills, "the run exercised spills")
+	t.Logf("spills: %d, stats %+v", spills, rs[0].Stats())
+}
+
+// TestSpill: an overloaded binding moves to the next backend of its own ranking that is
+// under the bound, counted once as broken{overloaded}; the guard keeps it when the wait
+// saved is not worth the prefix; a binding whose cache is lost moves for free.
+func TestSpill(t *testing.T) {
+	bs := backendsN(4)
+	setup := func(t *testing.T, weight float64) (*affinity.Scheduler, *metrics.Recording, affinity.Lease) {
+		rec := &metrics.Recording{}
+		s, _ := newSched(t, loadCfg(1.5, weight), affinity.WithRecorder(rec))
+		l, err := s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		l.Done(affinity.DoneInfo{PromptTokens: 1000})
+		return s, rec, l
+	}
+	// pile puts cost on backend id through other sessions' leases (bypassing placement
+	// with a single candidate).
+	pile := func(t *testing.T, s *affinity.Scheduler, id string, cost int64) {
+		for _, b := range bs {
+			if b.ID() == id {
+				_, err := s.Acquire("pile-"+id+fmt.Sprint(cost), "", []affinity.Backend{b}, cost)
+				require.NoError(t, err)
+			}
+		}
+	}
+	t.Run("moves down the ranking", func(t *testing.T) {
+		s, rec, first := setup(t, 1)
+		home := first.Backend.ID()
+		pile(t, s, home, 50000)
+		l, err := s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
+		assert.False(t, l.AffinityHit)
+		assert.NotEqual(t, home, l.Backend.ID())
+		assert.Equal(t, 1, rec.CountBroken("gold", metrics.ReasonOverloaded))
+		assert.Equal(t, uint64(1), s.Stats().Broken.Overloaded)
+		l.Done(affinity.DoneInfo{})
+		// The new binding sticks, even once home is idle again (no failback).
+		l2, err := s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
+		assert.Equal(t, l.Backend.ID(), l2.Backend.ID())
+	})
+	t.Run("guard keeps a warm prefix", func(t *testing.T) {
+		s, rec, first := setup(t, 100) // moving costs 100 x 1000 tokens of waiting
+		pile(t, s, first.Backend.ID(), 50000)
+		l, err := s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		assert.Equal(t, affinity.OutcomeHit, l.Outcome)
+		assert.Equal(t, 0, rec.CountBroken("gold", metrics.ReasonOverloaded))
+	})
+	t.Run("lost cache moves for free", func(t *testing.T) {
+		s, rec, first := setup(t, 100)
+		// A hit that reports no cached tokens: the backend evicted the prefix.
+		l, err := s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		require.Equal(t, affinity.OutcomeHit, l.Outcome)
+		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 0})
+		pile(t, s, first.Backend.ID(), 50000)
+		l, err = s.Acquire("sess", "gold", bs, 1000)
+		require.NoError(t, err)
+		assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
+		assert.Equal(t, 1, rec.CountBroken("gold", metrics.ReasonOverloaded))
+		assert.Equal(t, affinity.TierReuse{PromptTokens: 1000}, s.Reuse("gold"))
+	})
+	t.Run("spill disabled", func(t *testing.T) {
+		cfg := loadCfg(1.5, 0)
+		cfg.Load.DisableSpill = true
+		s, _ := newSched(t, cfg)
+		l, err := s.Acquire("sess", "", bs, 1000)
+		require.NoError(t, err)
+		pile(t, s, l.Backend.ID(), 50000)
+		l2, err := s.Acquire("sess", "", bs, 1000)
+		require.NoError(t, err)
+		assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
+	})
+}
+
+// TestSpillNoPingPong: the load alternates between two backends every turn; a session
+// moves at most once per backend of its ranking, never back.
+func TestSpillNoPingPong(t *testing.T) {
+	bs := backendsN(2)
+	s, _ := newSched(t, loadCfg(1.1, 0))
+	l, err := s.Acquire("sess", "", bs, 100)
+	require.NoError(t, err)
+	l.Done(affinity.DoneInfo{})
+	a := l.Backend
+	b := bs[0]
+	if b.ID() == a.ID() {
+		b = bs[1]
+	}
+	moves := 0
+	prev := a.ID()
+	for turn := range 40 {
+		heavy := a
+		if turn%2 == 1 {
+			heavy = b
+		}
+		p, err := s.Acquire(fmt.Sprintf("pile%d", turn), "", []affinity.Backend{heavy}, 100000)
+		require.NoError(t, err)
+		l, err := s.Acquire("sess", "", bs, 100)
+		require.NoError(t, err)
+		if l.Backend.ID() != prev {
+			moves++
+			prev = l.Backend.ID()
+		}
+		l.Done(affinity.DoneInfo{})
+		p.Done(affinity.DoneInfo{})
+	}
+	assert.Equal(t, 1, moves, "one move down the ranking, never back")
+	assert.Equal(t, uint64(1), s.Stats().Broken.Overloaded)
+}
+
+func TestReportLoad(t *testing.T) {
+	s, _ := newSched(t, loadCfg(1.25, 1))
+	require.ErrorIs(t, s.ReportLoad("", affinity.BackendLoad{}), affinity.ErrInvalidLoad)
+	require.ErrorIs(t, s.ReportLoad("b00", affinity.BackendLoad{Waiting: -1}), affinity.ErrInvalidLoad)
+	require.ErrorIs(t, s.ReportLoad("b00", affinity.BackendLoad{KVCache: 1.5}), affinity.ErrInvalidLoad)
+	bs := backendsN(2)
+	// Find a session whose HRW winner is b00, then report b00 busy: placement avoids it.
+	ref, _ := newSched(t, affinity.Config{})
+	var sid string
+	for i := 0; ; i++ {
+		sid = fmt.Sprintf("s%d", i)
+		if b, _, _ := ref.SelectBackend(sid, "", bs); b.ID() == "b00" {
+			break
+		}
+	}
+	require.NoError(t, s.ReportLoad("b00", affinity.BackendLoad{Waiting: 30, Running: 8, KVCache: 0.9}))
+	assert.Equal(t, affinity.LoadSnapshot{Reported: 38, KVCache: 0.9}, s.Load("b00"))
+	require.NoError(t, s.ReportLoad("b01", affinity.BackendLoad{Running: 1}))
+	l, err := s.Acquire(sid, "", bs, 500)
+	require.NoError(t, err)
+	assert.Equal(t, "b01", l.Backend.ID(), "38 reported requests x 1024 tokens outweigh b01's one")
+	l.Done(affinity.DoneInfo{})
+}
+
+// TestLeaseRace: many goroutines acquire and release leases (Done from other goroutines,
+// twice, concurrently with OnBackendDown/Up and load reports); afterwards every backend's
+// outstanding load is 0. Run with -race.
+func TestLeaseRace(t *testing.T) {
+	s, _ := newSched(t, loadCfg(1.25, 1))
+	bs := backendsN(8)
+	leases := make(chan affinity.Lease, 64)
+	var ok atomic.Uint64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range 2000 {
+				l, err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)))
+				if errors.Is(err, affinity.ErrNoEligibleBackend) {
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				ok.Add(1)
+				if i%2 == 0 {
+					leases <- l
+				} else {
+					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: int64(rng.IntN(1000))})
+				}
+			}
+		})
+	}
+	var rel sync.WaitGroup
+	for range 2 {
+		rel.Go(func() {
+			for l := range leases {
+				l.Done(affinity.DoneInfo{})
+				l.Done(affinity.DoneInfo{}) // twice
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 200 {
+			id := bs[i%len(bs)].ID()
+			s.OnBackendDown(id)
+			_ = s.ReportLoad(id, affinity.BackendLoad{Waiting: int64(i % 7)})
+			s.OnBackendUp(id)
+		}
+	})
+	wg.Wait()
+	close(leases)
+	rel.Wait()
+	for _, b := range bs {
+		assert.Equal(t, int64(0), s.Load(b.ID()).Requests, b.ID())
+		assert.Equal(t, int64(0), s.Load(b.ID()).Cost, b.ID())
+	}
+	st := s.Stats()
+	assert.Equal(t, ok.Load(), st.Hits+st.Misses, "every successful Acquire counted once")
+}
+
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[affinity.Outcome]string{affinity.OutcomeHit: "hit", affinity.OutcomeMiss: "miss",
+		affinity.OutcomeRebind: "rebind", affinity.OutcomeSpill: "spill", 0: "Outcome(0)"} {
+		assert.Equal(t, want, o.String())
+	}
+}
