@@ -417,7 +417,9 @@ func TestLeaseRace(t *testing.T) {
 	var ok atomic.Uint64
 	var wg sync.WaitGroup
 	for w := range 4 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			for i := range 2000 {
 				l, err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)))
@@ -434,25 +436,29 @@ func TestLeaseRace(t *testing.T) {
 					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: int64(rng.IntN(1000))})
 				}
 			}
-		})
+		}()
 	}
 	var rel sync.WaitGroup
 	for range 2 {
-		rel.Go(func() {
+		rel.Add(1)
+		go func() {
+			defer rel.Done()
 			for l := range leases {
 				l.Done(affinity.DoneInfo{})
 				l.Done(affinity.DoneInfo{}) // twice
 			}
-		})
+		}()
 	}
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for i := range 200 {
 			id := bs[i%len(bs)].ID()
 			s.OnBackendDown(id)
 			_ = s.ReportLoad(id, affinity.BackendLoad{Waiting: int64(i % 7)})
 			s.OnBackendUp(id)
 		}
-	})
+	}()
 	wg.Wait()
 	close(leases)
 	rel.Wait()

@@ -124,7 +124,6 @@ type backendLoad struct {
 	cost     atomic.Int64 // their cost, prompt tokens (>= 1 each)
 	reported atomic.Int64 // Waiting + Running of the last ReportLoad
 	kvMilli  atomic.Int64 // KVCache x 1000 of the last ReportLoad
-	next     *backendLoad // same node hash, different ID (p ~ 2^-64)
 }
 
 // view returns the backend's load in prompt tokens as the placement rules see it: the cost
@@ -139,45 +138,90 @@ func (b *backendLoad) view(queuedCost int64) int64 {
 	return l
 }
 
-// loadTable maps backend IDs (by their hrw node hash) to their load: an immutable map
-// replaced copy-on-write when a backend is first seen, so lookups take no lock.
+// loadTable maps backend IDs (by their hrw node hash, already well mixed) to their load:
+// an immutable open-addressing index (linear probing, at most half full) replaced
+// copy-on-write when a backend is first seen, so lookups take no lock and cost a probe or
+// two. Entries are never removed: memory is O(distinct backend IDs ever seen).
 type loadTable struct {
-	m  atomic.Pointer[map[uint64]*backendLoad]
-	mu sync.Mutex // serializes writers
+	idx atomic.Pointer[loadIndex]
+	mu  sync.Mutex // serializes writers
 }
 
-// get returns the load of the backend (id, hash), creating it on first sight. 0 allocs
-// for a known backend.
-func (t *loadTable) get(id string, hash uint64) *backendLoad {
-	if m := t.m.Load(); m != nil {
-		for b := (*m)[hash]; b != nil; b = b.next {
-			if b.id == id {
-				return b
+type loadIndex struct {
+	keys []uint64 // node hash, 0 = empty (a real ID never hashes to 0 here: see slotHash)
+	vals []*backendLoad
+	n    int
+}
+
+// slotHash maps a node hash to a non-zero key.
+func slotHash(h uint64) uint64 { return h | 1<<63 }
+
+func (x *loadIndex) find(id string, h uint64) *backendLoad {
+	if x == nil {
+		return nil
+	}
+	mask := uint64(len(x.keys) - 1)
+	for p := h & mask; ; p = (p + 1) & mask {
+		switch x.keys[p] {
+		case 0:
+			return nil
+		case h:
+			if v := x.vals[p]; v.id == id {
+				return v
 			}
 		}
 	}
-	return t.add(id, hash)
 }
 
-func (t *loadTable) add(id string, hash uint64) *backendLoad {
+func (x *loadIndex) put(h uint64, b *backendLoad) {
+	mask := uint64(len(x.keys) - 1)
+	p := h & mask
+	for x.keys[p] != 0 {
+		p = (p + 1) & mask
+	}
+	x.keys[p], x.vals[p] = h, b
+	x.n++
+}
+
+// get returns the load of the backend (id, node hash), creating it on first sight. 0
+// allocs for a known backend.
+func (t *loadTable) get(id string, hash uint64) *backendLoad {
+	h := slotHash(hash)
+	if b := t.idx.Load().find(id, h); b != nil {
+		return b
+	}
+	return t.add(id, h)
+}
+
+func (t *loadTable) lookup(id string) *backendLoad {
+	return t.idx.Load().find(id, slotHash(hashID(id)))
+}
+
+func (t *loadTable) add(id string, h uint64) *backendLoad {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var old map[uint64]*backendLoad
-	if p := t.m.Load(); p != nil {
-		old = *p
+	old := t.idx.Load()
+	if b := old.find(id, h); b != nil {
+		return b
 	}
-	for b := old[hash]; b != nil; b = b.next {
-		if b.id == id {
-			return b
+	size, n := 16, 0
+	if old != nil {
+		size, n = len(old.keys), old.n
+	}
+	for 2*(n+1) > size {
+		size *= 2
+	}
+	x := &loadIndex{keys: make([]uint64, size), vals: make([]*backendLoad, size)}
+	if old != nil {
+		for p, k := range old.keys {
+			if k != 0 {
+				x.put(k, old.vals[p])
+			}
 		}
 	}
-	m := make(map[uint64]*backendLoad, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	b := &backendLoad{id: strings.Clone(id), next: old[hash]}
-	m[hash] = b
-	t.m.Store(&m)
+	b := &backendLoad{id: strings.Clone(id)}
+	x.put(h, b)
+	t.idx.Store(x)
 	return b
 }
 
@@ -259,17 +303,11 @@ type LoadSnapshot struct {
 // reported). Lock-free, 0 allocs. Safe for concurrent use.
 func (s *Scheduler) Load(backendID string) LoadSnapshot {
 	var out LoadSnapshot
-	m := s.ld.loads.m.Load()
-	if m == nil {
-		return out
-	}
-	for b := (*m)[hashID(backendID)]; b != nil; b = b.next {
-		if b.id == backendID {
-			out.Requests = b.requests.Load()
-			out.Cost = b.cost.Load()
-			out.Reported = b.reported.Load()
-			out.KVCache = float64(b.kvMilli.Load()) / 1000
-		}
+	if b := s.ld.loads.lookup(backendID); b != nil {
+		out.Requests = b.requests.Load()
+		out.Cost = b.cost.Load()
+		out.Reported = b.reported.Load()
+		out.KVCache = float64(b.kvMilli.Load()) / 1000
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package affinity
 
 import (
 	"math/bits"
-	"slices"
 
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
@@ -49,9 +48,9 @@ type walkScratch struct {
 // whether the bound backend is over the bound and returns the first backend ranked after
 // it that is under the bound, or w = -1 when none is.
 //
-// Deterministic for a given load view. Cost: O(n) load reads and rank keys; when the HRW
-// winner is not taken, one O(n log n) sort. 0 allocs up to 64 candidates (a pooled scratch
-// beyond).
+// Deterministic for a given load view. Cost: O(n) load reads, rank keys and compares (no
+// sort: the first backend under the bound in ranking order is the best-ranked of those
+// under it). 0 allocs up to 64 candidates (a pooled scratch beyond).
 func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
 	if len(cands) <= walkInline {
 		var rb [walkInline]rankedCand
@@ -174,41 +173,25 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, r
 	// A spill only moves down the session's ranking: to candidates ranked after the bound
 	// one (so a binding can never move back: no ping-pong).
 	after := func(rc *rankedCand) bool { return bound < 0 || better(&bk, rc) }
-	// Fast path: the best candidate (after the bound one) is under the bound.
-	top := -1
+	// The first backend of the ranking under the bound is the best-ranked one among those
+	// under it: one pass, no sort. The fallback is the least loaded (ties: ranking).
+	first, least := -1, -1
 	for j := range r {
-		if after(&r[j]) && (top < 0 || better(&r[j], &r[top])) {
-			top = j
-		}
-	}
-	if top < 0 {
-		return pl, nil // nothing ranks after the bound backend
-	}
-	if under(r[top].load) {
-		return take(&r[top])
-	}
-	slices.SortFunc(r, func(a, b rankedCand) int {
-		switch {
-		case a.i == b.i:
-			return 0
-		case better(&a, &b):
-			return -1
-		}
-		return 1 // the index breaks every other tie
-	})
-	least := -1
-	for j := range r {
-		if !after(&r[j]) {
+		rc := &r[j]
+		if !after(rc) {
 			continue
 		}
-		if under(r[j].load) {
-			return take(&r[j])
+		if under(rc.load) && (first < 0 || better(rc, &r[first])) {
+			first = j
 		}
-		if least < 0 || r[j].load < r[least].load {
+		if least < 0 || rc.load < r[least].load || (rc.load == r[least].load && better(rc, &r[least])) {
 			least = j
 		}
 	}
-	if bound >= 0 {
+	switch {
+	case first >= 0:
+		return take(&r[first])
+	case bound >= 0 || least < 0:
 		return pl, nil // a spill needs a target under the bound
 	}
 	return take(&r[least])
