@@ -65,6 +65,58 @@
 //     only [Scheduler.Undrain] ends the drain. A drained backend that fails and then passes
 //     its health checks is Draining again and takes no new sessions.
 //
+// # Load awareness (Acquire and leases)
+//
+// [Scheduler.Acquire](sessionID, tier, candidates, cost) makes the routing decision and
+// leases the request: the chosen backend's outstanding load (in-flight requests and their
+// cost) grows until [Lease.Done], as with grpc-go's balancer.PickResult.Done. The rules
+// add to the contract above:
+//
+//  12. SelectBackend is unchanged and does no load accounting. With Config.Load absent
+//     (balance_factor 0) Acquire decides exactly as SelectBackend: the same backend, hit
+//     flag, counters and bindings.
+//  13. Load is outstanding prefill work in prompt tokens: the sum of the cost of the
+//     backend's open leases (cost 0 counts as 1, so callers without an estimate get
+//     request counting), plus queued_request_cost (default 1024) for each request the
+//     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond its open
+//     leases here. Per backend it is kept in atomics; nothing is kept per session beyond
+//     the binding (which holds the last reported prompt size and a lost-cache flag).
+//  14. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
+//     total load L, a backend is under the bound when load + cost <= balance_factor x
+//     (L + cost) / n, or when it is idle (load 0) — the consistent hashing with bounded
+//     loads of Mirrokni, Thorup and Zadimoghaddam (SODA 2018), as in Envoy's and
+//     HAProxy's hash_balance_factor.
+//  15. Placement (a miss or rebind): the first backend of the session's HRW ranking over
+//     the eligible candidates that is under the bound (rule 8's order: score, then ID);
+//     when none is, the least loaded (ties in ranking order). With no load anywhere this
+//     is the HRW winner, as for SelectBackend.
+//  16. Spill: a hit whose backend is over the bound moves to the first backend ranked
+//     after it in the session's ranking that is under the bound, only when
+//     wait(bound) - wait(target) > spill_cost_weight x reprefill, where wait is the load
+//     of rule 13 (prompt tokens of queued prefill, before this request) and reprefill
+//     the prefix the move throws away: 0 when the binding's last hit reported
+//     cached / prompt tokens <= cold_cache_ratio (the backend evicted it), else
+//     min(last reported prompt tokens, cost), else cost. The move is a rebind:
+//     AffinityHit false, Outcome spill, counted once as broken{reason="overloaded"} and
+//     as a miss, logged at Debug; the new binding sticks like any other.
+//  17. Hysteresis: a spill only moves down the session's own ranking, never back up, so
+//     a session cannot ping-pong between two backends whose load oscillates; it moves at
+//     most n-1 times while its binding lives, and replicas (which rank alike) choose the
+//     same target; for a session on its HRW winner that is also its failover target.
+//  18. Determinism: for a given load view (the loads read at decision time) placement and
+//     spill are pure functions of session, candidates, health and loads. Replicas that
+//     see similar load agree; concurrent Acquires read the loads before either adds its
+//     own, so a burst can overshoot the bound by the burst's size.
+//  19. Lease.Done is idempotent over all copies of a Lease, safe from any goroutine, also
+//     after OnBackendDown, and allocation-free. Usage it reports (prompt and cached
+//     prompt tokens) on an affinity hit feeds the tier's achieved reuse
+//     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).
+//
+// Choosing values: balance_factor 1.25 is Envoy's documented example and HAProxy's
+// usual one; lower values balance harder and break more bindings. spill_cost_weight
+// weighs one re-prefilled prompt token against one token of queued prefill; the
+// README's replay table shows the measured trade-off.
+//
 // # Decisions where the contract is silent
 //
 //   - An expired binding is not broken: its session's next call is a plain miss, and the
@@ -114,6 +166,10 @@
 //     ErrSnapshotVersion). Restored into a non-empty table, a binding older than the
 //     newest one of its TTL class in its shard takes that one's lastUse (it may live a
 //     little longer), so that the LRU lists stay sorted.
+//   - Load records are per backend ID and never removed (memory O(backend IDs seen));
+//     OnBackendDown does not reset a backend's load: its open leases release it on Done.
+//   - A failed request's usage (DoneInfo.Err != nil) is ignored; its load is released.
+//   - Per-tier reuse keeps the first 64 tiers apart and folds the rest into "other".
 //
 // # Time
 //
