@@ -274,18 +274,23 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 					reason = metrics.ReasonUnhealthy
 				default:
 					var bl *backendLoad
+					charge := units
 					if s.ld.p.on {
 						bl = s.ld.loads.get(slot.id, slot.hash)
+						rp := reprefill(e, units)
 						if s.ld.p.spill {
-							spill = s.spillTarget(kh, candidates, ci, bl, units, reprefill(e, units))
+							spill = s.spillTarget(kh, candidates, ci, bl, units, rp)
 						}
+						// A hit on a warm backend queues only the prompt beyond the cached
+						// prefix (rule 13).
+						charge = max(units-rp, 1)
 					}
 					if spill.w < 0 { // hit (also the losers of concurrent first turns)
 						sh.touch(i, e, now)
 						sh.c.hits++
 						sh.mu.Unlock()
 						s.rec.Hit(tier)
-						return s.lease(candidates[ci], bl, true, OutcomeHit, units, sessionID, tier), nil
+						return s.lease(candidates[ci], bl, true, OutcomeHit, charge, sessionID, tier), nil
 					}
 					reason = metrics.ReasonOverloaded
 					pl = spill

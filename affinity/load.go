@@ -56,6 +56,12 @@ type LoadConfig struct {
 	ColdCacheRatio float64 `yaml:"cold_cache_ratio,omitempty" json:"cold_cache_ratio,omitempty"`
 }
 
+// Validate reports the first invalid field of c alone, like [Config.Validate].
+func (c LoadConfig) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
 // SpillWeight returns a pointer to w, for building a LoadConfig in code.
 func SpillWeight(w float64) *float64 { return &w }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // defaultTrace is the Mooncake conversation trace relative to examples/ (the directory
@@ -48,6 +50,10 @@ type options struct {
 	csv, plot   string
 	quiet       bool
 	strict      bool
+	factor      float64
+	weight      float64
+	cold        float64
+	sweep       string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -65,6 +71,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.plot, "plot", "", "also write a PNG chart (hit ratio vs p99 per policy) to this file")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress bar")
 	fs.BoolVar(&o.strict, "strict", false, "fail on any malformed trace line (default: report and skip them)")
+	fs.Float64Var(&o.factor, "balance-factor", DefaultBalanceFactor, "load-aware policy: load.balance_factor (>= 1)")
+	fs.Float64Var(&o.weight, "spill-cost-weight", DefaultSpillCostWeight, "load-aware policy: load.spill_cost_weight (>= 0)")
+	fs.Float64Var(&o.cold, "cold-cache-ratio", 0, "load-aware policy: load.cold_cache_ratio (0: the library default 0.05)")
+	fs.StringVar(&o.sweep, "sweep", "", `also replay the load-aware policy over a grid "FACTORS x WEIGHTS", e.g. "1.1,1.25,1.5,2 x 0,0.5,1,2"`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")
 		fs.PrintDefaults()
@@ -133,7 +143,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		cacheBlocks = max(1, int(defaultCacheShare*float64(facts.DistinctBlocks)/float64(o.backends)))
 	}
 
-	cfgP := PolicyConfig{Backends: o.backends, Seed: o.seed, TTL: o.ttl, Global: global}
+	cfgP := PolicyConfig{Backends: o.backends, Seed: o.seed, TTL: o.ttl, Global: global,
+		Load: affinity.LoadConfig{BalanceFactor: o.factor, SpillCostWeight: affinity.SpillWeight(o.weight), ColdCacheRatio: o.cold}}
+	if err := cfgP.Load.Validate(); err != nil {
+		return err
+	}
+	grid, err := ParseSweep(o.sweep)
+	if err != nil {
+		return err
+	}
 	policies := make([]Policy, 0, len(names))
 	for _, n := range names {
 		p, err := NewPolicy(n, cfgP)
@@ -174,6 +192,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	rows := Rows(results, o.backends, cacheBlocks)
 	if err := WriteMarkdown(stdout, rows); err != nil {
 		return err
+	}
+	if len(grid) > 0 {
+		if err := runSweep(stdout, grid, reqs, sess, ids, cfgP, cfgR, results); err != nil {
+			return err
+		}
 	}
 	for _, r := range rows {
 		if r.ReportsHit {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/agentserve/sessionaffinity/affinity"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -48,10 +50,13 @@ type PolicyConfig struct {
 	Seed     uint64        // random policy
 	TTL      time.Duration // Scheduler sticky TTL, trace time
 	Global   []int64       // global prefix ignored by the cache-aware reference
+	// Load is the load-awareness block of the load-aware policy (zero: the defaults
+	// DefaultBalanceFactor and DefaultSpillCostWeight).
+	Load affinity.LoadConfig
 }
 
 // PolicyNames lists the policies in report order.
-var PolicyNames = []string{"random", "round-robin", "least-loaded", "hrw", "scheduler", "cache-aware"}
+var PolicyNames = []string{"random", "round-robin", "least-loaded", "hrw", "scheduler", "load-aware", "cache-aware"}
 
 // NewPolicy builds the named policy.
 func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
@@ -68,6 +73,15 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 		return newHRWPolicy(cfg.Backends)
 	case "scheduler":
 		return newSchedulerPolicy(cfg.Backends, cfg.TTL)
+	case "load-aware":
+		load := cfg.Load
+		if load.BalanceFactor == 0 {
+			load.BalanceFactor = DefaultBalanceFactor
+		}
+		if load.SpillCostWeight == nil {
+			load.SpillCostWeight = affinity.SpillWeight(DefaultSpillCostWeight)
+		}
+		return newLeasePolicy("load-aware", cfg.Backends, cfg.TTL, load)
 	}
 	return nil, fmt.Errorf("%w: %q (known: %s)", ErrUnknownPolicy, name, strings.Join(PolicyNames, ", "))
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // realTracePath is the Mooncake conversation trace relative to this package's directory
@@ -92,4 +94,45 @@ func TestRealTraceSchedulerVsReference(t *testing.T) {
 		"scheduler %.2f %% vs cache-aware %.2f %%", 100*hit["scheduler"], 100*hit["cache-aware"])
 	assert.GreaterOrEqual(t, hit["scheduler"], 3*hit["random"],
 		"scheduler %.2f %% vs random %.2f %%", 100*hit["scheduler"], 100*hit["random"])
+}
+
+// TestRealTraceLoadAwareGoal: issue #8's goal at N = 8 with 20 % of the distinct blocks:
+// the load-aware policy (the real Scheduler through leases, default values) keeps >= 97 %
+// of the cache-aware reference's prefix hit ratio AND a p99 latency <= least-loaded's, in
+// the same run; every lease is released at the end.
+func TestRealTraceLoadAwareGoal(t *testing.T) {
+	tr := loadRealTrace(t)
+	reqs := tr.Requests
+	f := ComputeFacts(reqs)
+	global := GlobalPrefix(reqs)
+	s := ReconstructSessions(reqs, global)
+	ids := SessionIDs(s)
+	const n = 8
+	cfg := ReplayConfig{Backends: n, CacheBlocks: int(0.2 * float64(f.DistinctBlocks) / n), Model: DefaultModel}
+	pc := PolicyConfig{Backends: n, Seed: 1, TTL: 30 * time.Minute, Global: global}
+	var results []*Result
+	var lp *leasePolicy
+	for _, name := range []string{"least-loaded", "cache-aware", "load-aware"} {
+		p, err := NewPolicy(name, pc)
+		require.NoError(t, err)
+		if l, ok := p.(*leasePolicy); ok {
+			lp = l
+		}
+		res, err := Replay(reqs, s, ids, p, cfg, nil)
+		require.NoError(t, err)
+		results = append(results, res)
+	}
+	rows := Rows(results, n, cfg.CacheBlocks)
+	la := rows[2]
+	t.Logf("load-aware: prefix hit %.2f %% (%.1f %% of cache-aware), p99 %v (%.2fx least-loaded), %d spills",
+		100*la.HitRatio(), 100*la.VsCacheAware, la.P99, la.P99VsLeastLd, lp.spills)
+	assert.GreaterOrEqual(t, la.VsCacheAware, 0.97, "prefix hit vs cache-aware")
+	assert.LessOrEqual(t, la.P99VsLeastLd, 1.0, "p99 vs least-loaded")
+	assert.Positive(t, lp.spills, "spills exercised")
+
+	require.NotNil(t, lp)
+	lp.finish()
+	for i := range n {
+		assert.Equal(t, affinity.LoadSnapshot{}, lp.sched.Load(BackendID(i)), "backend %d: every lease released", i)
+	}
 }

@@ -148,6 +148,7 @@ func Replay(reqs []Request, sess *Sessions, sessionIDs []string, p Policy, cfg R
 	}
 	slices.SortStableFunc(trans, func(a, b transition) int { return cmp.Compare(a.at, b.at) })
 	listener, _ := p.(healthListener)
+	served, _ := p.(servedListener)
 
 	res := &Result{Policy: p.Name(), Requests: len(reqs), Latencies: make([]time.Duration, 0, len(reqs))}
 	servedBy := make([]int, len(reqs))
@@ -178,6 +179,9 @@ func Replay(reqs []Request, sess *Sessions, sessionIDs []string, p Policy, cfg R
 		}
 		servedBy[i] = d.Backend
 		reused, lat := c.serve(d.Backend, r)
+		if served != nil {
+			served.Served(Turn{Index: i, Req: r, Session: sessionIDs[i]}, d.Backend, reused, lat)
+		}
 		res.InputTokens += int64(r.InputTokens)
 		res.ReusedTokens += int64(reused)
 		res.Latencies = append(res.Latencies, lat)

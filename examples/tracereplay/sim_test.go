@@ -351,3 +351,16 @@ func TestNewPolicyUnknown(t *testing.T) {
 	_, err := NewPolicy("nope", PolicyConfig{Backends: 2})
 	assert.ErrorIs(t, err, ErrUnknownPolicy)
 }
+
+func TestParseSweep(t *testing.T) {
+	grid, err := ParseSweep("1.1, 1.5 x 0,8")
+	require.NoError(t, err)
+	assert.Equal(t, []SweepPoint{{1.1, 0}, {1.1, 8}, {1.5, 0}, {1.5, 8}}, grid)
+	grid, err = ParseSweep("")
+	require.NoError(t, err)
+	assert.Empty(t, grid)
+	for _, bad := range []string{"1.1,1.5", "a x 1", "1.1 x b", "0.5 x 1", "1.2 x -1", "0 x 1"} {
+		_, err := ParseSweep(bad)
+		assert.ErrorIs(t, err, ErrBadSweep, bad)
+	}
+}
