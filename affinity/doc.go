@@ -75,12 +75,15 @@
 //  12. SelectBackend is unchanged and does no load accounting. With Config.Load absent
 //     (balance_factor 0) Acquire decides exactly as SelectBackend: the same backend, hit
 //     flag, counters and bindings.
-//  13. Load is outstanding prefill work in prompt tokens: the sum of the cost of the
-//     backend's open leases (cost 0 counts as 1, so callers without an estimate get
-//     request counting), plus queued_request_cost (default 1024) for each request the
+//  13. Load is outstanding prefill work in prompt tokens: the sum of the charges of the
+//     backend's open leases, plus queued_request_cost (default 1024) for each request the
 //     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond its open
-//     leases here. Per backend it is kept in atomics; nothing is kept per session beyond
-//     the binding (which holds the last reported prompt size and a lost-cache flag).
+//     leases here. A lease is charged its cost (0 counts as 1, so callers without an
+//     estimate get request counting), except a hit with load awareness on, which is
+//     charged cost - reprefill (at least 1; reprefill as in rule 16): a warm backend
+//     prefills only the part of the prompt beyond the cached prefix. Per backend it is
+//     kept in atomics; nothing is kept per session beyond the binding (which holds the
+//     last reported prompt size and a lost-cache flag).
 //  14. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
 //     total load L, a backend is under the bound when load + cost <= balance_factor x
 //     (L + cost) / n, or when it is idle (load 0) — the consistent hashing with bounded
