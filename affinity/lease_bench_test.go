@@ -34,7 +34,7 @@ func BenchmarkLeaseHit(b *testing.B) {
 					}
 				}
 			}
-			b.Run(fmt.Sprintf("%s/cands=%d", mode, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
 					id := ids[i&(benchSessions-1)]
@@ -65,7 +65,7 @@ func BenchmarkLeaseMiss(b *testing.B) {
 	for _, n := range []int{8, 64} {
 		bs := backends(b, n)
 		for _, mode := range []string{"select", "acquire-on-busy"} {
-			b.Run(fmt.Sprintf("%s/cands=%d", mode, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
 				cfg := affinity.Config{MaxBindings: 1 << 16}
 				if mode != "select" {
 					cfg.Load = loadCfg(1.25, 1).Load
