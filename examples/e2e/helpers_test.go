@@ -104,6 +104,7 @@ type cluster struct {
 	client   *http.Client
 	clock    *affinitytest.Clock // outlier detection and the scheduler
 	logs     *lockedBuffer       // the gateway's log, JSON lines
+	ts       *httptest.Server
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers (the gateway's logger).
@@ -159,7 +160,7 @@ func (c *cluster) start(cfg gateway.Config) *cluster {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = g.Run(ctx) })
 	ts := httptest.NewServer(g)
-	c.url = ts.URL
+	c.url, c.ts = ts.URL, ts
 	tr := &http.Transport{}
 	c.client = &http.Client{Transport: tr}
 	t.Cleanup(func() {

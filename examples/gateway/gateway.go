@@ -133,6 +133,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if err := g.registerGatewayMetrics(); err != nil {
 		return nil, fmt.Errorf("gateway: prometheus gateway metrics: %w", err)
 	}
+	if err := g.registerLoadMetrics(); err != nil {
+		return nil, fmt.Errorf("gateway: load metrics: %w", err)
+	}
 	g.metrics = promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})
 
 	g.base = o.transport

@@ -34,6 +34,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.Header.Set(HeaderBackend, b.id)
 	resp.Header.Set(HeaderAffinityHit, strconv.FormatBool(hit))
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
+		wrapLease(st, resp, nil)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
 	pool := &g.bufs
@@ -44,6 +45,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
+		wrapLease(st, resp, nil)
 		return nil
 	}
 	if err != nil {
@@ -64,6 +66,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	pb := &pooledBody{buf: out, pool: pool}
 	pb.r.Reset(out)
 	resp.Body = pb
+	wrapLease(st, resp, out)
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil

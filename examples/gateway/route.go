@@ -60,7 +60,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	st.session, st.tier, st.body = session, tier, body
+	st.session, st.tier, st.body, st.cost = session, tier, body, leaseCost(body)
 	if session == "" {
 		if rt.cfg.RequireSession && needsSession(r) {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
@@ -90,6 +90,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		out.GetBody = st.getBody
 	}
 	g.proxy.ServeHTTP(w, out)
+	st.release(usage{}, out.Context().Err()) // no-op if the response body released it (lease.go)
 }
 
 // needsSession reports whether require_session applies to r: a POST to a generation
@@ -145,7 +146,9 @@ type route struct {
 	hit     bool
 	retried bool
 
-	reserved atomic.Int64 // bytes charged to the in-flight budget (limits.go)
+	reserved atomic.Int64   // bytes charged to the in-flight budget (limits.go)
+	lease    affinity.Lease // of the current attempt (lease.go)
+	cost     int64          // Acquire cost: body bytes / 4
 }
 
 func (st *route) current() (*backend, bool) {
@@ -167,11 +170,7 @@ func routeFrom(ctx context.Context) *route {
 func (st *route) choose() (*backend, bool, error) {
 	rt := st.rt
 	if st.session != "" {
-		ab, hit, err := rt.sched.SelectBackend(st.session, st.tier, rt.byTier[st.tier])
-		if err != nil {
-			return nil, false, err
-		}
-		return rt.byID[ab.ID()], hit, nil
+		return st.acquire()
 	}
 	nodes := rt.tierNodes[st.tier]
 	hs := rt.sched.Health()

@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// Load-awareness wiring: every request with a session is placed by
+// affinity.Scheduler.Acquire with cost = request body bytes / 4 (a rough prompt-token
+// estimate), and its lease is released (Lease.Done) when the response body has been
+// copied to the client and closed — the end of a JSON response or SSE stream, a client
+// cancel, a backend error — with the usage the backend reported: the "usage" object of a
+// JSON response, or of the last SSE chunk that carries one (vLLM sends it when the client
+// asks for stream_options.include_usage). A retry after a connection error releases the
+// failed attempt's lease (with the error) before acquiring the next. Requests without a
+// session ID are hashed without a binding and hold no lease.
+
+// Metric names of the gateway's per-backend outstanding load (label backend: the
+// configured backend IDs only).
+const (
+	MetricOutstandingRequests = "agentserve_gateway_backend_outstanding_requests"
+	MetricOutstandingCost     = "agentserve_gateway_backend_outstanding_cost_tokens"
+)
+
+// errRetried is the DoneInfo.Err of an attempt replaced by a retry.
+var errRetried = errors.New("gateway: attempt failed, retried on another backend")
+
+// leaseCost is the Acquire cost of a request body: bytes / 4, about one token per four
+// bytes of English/JSON text.
+func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
+
+// acquire places st through the lease of its routing snapshot's scheduler, first
+// releasing the lease of a previous attempt (a retry after a connection error). A lease
+// belongs to the scheduler that made it: after a reload its Done still releases there.
+func (st *route) acquire() (*backend, bool, error) {
+	rt := st.rt
+	st.mu.Lock()
+	prev := st.lease
+	st.lease = affinity.Lease{}
+	st.mu.Unlock()
+	prev.Done(affinity.DoneInfo{Err: errRetried})
+
+	l, err := rt.sched.Acquire(st.session, st.tier, rt.byTier[st.tier], st.cost)
+	if err != nil {
+		return nil, false, err
+	}
+	st.mu.Lock()
+	st.lease = l
+	st.mu.Unlock()
+	return rt.byID[l.Backend.ID()], l.AffinityHit, nil
+}
+
+// release ends st's lease (idempotent) with the usage seen so far and err.
+func (st *route) release(u usage, err error) {
+	st.mu.Lock()
+	l := st.lease
+	st.mu.Unlock()
+	l.Done(affinity.DoneInfo{PromptTokens: u.PromptTokens, CachedPromptTokens: u.PromptTokensDetails.CachedTokens,
+		CompletionTokens: u.CompletionTokens, Err: err})
+}
+
+// usage is the OpenAI-compatible usage object (vLLM, SGLang, TGI's OpenAI API).
+type usage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// usageOf returns the "usage" member of a JSON object (zero if absent or malformed).
+func usageOf(data []byte) usage {
+	var v struct {
+		Usage *usage `json:"usage"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+		return usage{}
+	}
+	return *v.Usage
+}
+
+// maxSSELine bounds the partial SSE line kept between reads; longer lines are skipped.
+const maxSSELine = 1 << 20
+
+// leaseBody wraps a response body: it releases the lease when closed (or at EOF) with the
+// usage found — in the JSON body given at construction, or in the last SSE "data:" line
+// that carries a usage object.
+type leaseBody struct {
+	io.ReadCloser
+	st   *route
+	sse  bool
+	once sync.Once
+
+	mu   sync.Mutex
+	line []byte // partial SSE line
+	last []byte // last data line with "usage"
+	u    usage  // usage of a JSON body
+	err  error  // first read error other than EOF
+}
+
+func (b *leaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.sse && n > 0 {
+		b.scan(p[:n])
+	}
+	if err != nil {
+		if err != io.EOF {
+			b.mu.Lock()
+			b.err = err
+			b.mu.Unlock()
+		}
+		b.finish()
+	}
+	return n, err
+}
+
+// scan feeds SSE bytes and remembers the last complete data line mentioning "usage".
+func (b *leaseBody) scan(p []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(b.line)+len(p) <= maxSSELine {
+				b.line = append(b.line, p...)
+			} else {
+				b.line = b.line[:0]
+			}
+			return
+		}
+		line := p[:i]
+		if len(b.line) > 0 {
+			b.line = append(b.line, line...)
+			line = b.line
+		}
+		line = bytes.TrimRight(line, "\r")
+		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok && bytes.Contains(d, []byte(`"usage"`)) {
+			b.last = append(b.last[:0], bytes.TrimSpace(d)...)
+		}
+		b.line = b.line[:0]
+		p = p[i+1:]
+	}
+}
+
+func (b *leaseBody) finish() {
+	b.once.Do(func() {
+		b.mu.Lock()
+		u, err := b.u, b.err
+		if b.sse && len(b.last) > 0 {
+			u = usageOf(b.last)
+		}
+		b.mu.Unlock()
+		b.st.release(u, err)
+	})
+}
+
+// Close closes the backend body and releases the lease.
+func (b *leaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.finish()
+	return err
+}
+
+// wrapLease installs the lease-releasing body on resp (data: the JSON body when the
+// gateway has already read it, else nil).
+func wrapLease(st *route, resp *http.Response, data []byte) {
+	if st.session == "" {
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	b := &leaseBody{ReadCloser: resp.Body, st: st, sse: mt == "text/event-stream"}
+	if data != nil {
+		b.u = usageOf(data)
+	}
+	resp.Body = b
+}
+
+// registerLoadMetrics exports each configured backend's outstanding load, read from the
+// current scheduler at scrape time (after a reload, the new configuration's backends).
+func (g *Gateway) registerLoadMetrics() error {
+	reqs := prometheus.NewDesc(MetricOutstandingRequests,
+		"Requests leased to the backend and not yet finished (affinity.Scheduler.Load).", []string{"backend"}, nil)
+	cost := prometheus.NewDesc(MetricOutstandingCost,
+		"Estimated prompt tokens of the backend's unfinished requests (body bytes / 4; a warm hit counts only the part beyond its cached prefix).", []string{"backend"}, nil)
+	return g.reg.Register(loadCollector{g: g, reqs: reqs, cost: cost})
+}
+
+type loadCollector struct {
+	g          *Gateway
+	reqs, cost *prometheus.Desc
+}
+
+func (c loadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.reqs; ch <- c.cost }
+
+func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
+	rt := c.g.state()
+	for _, b := range rt.backends {
+		l := rt.sched.Load(b.id)
+		ch <- prometheus.MustNewConstMetric(c.reqs, prometheus.GaugeValue, float64(l.Requests), b.id)
+		ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(l.Cost), b.id)
+	}
+}
