@@ -476,3 +476,29 @@ func TestOutcomeString(t *testing.T) {
 		assert.Equal(t, want, o.String())
 	}
 }
+
+// TestAcquireIdleEqualsHRW: with load awareness on but no load, Acquire places every new
+// session on SelectBackend's HRW winner — at 8 and at 200 candidates (the pooled-scratch
+// path), with mixed weights and a duplicate ID.
+func TestAcquireIdleEqualsHRW(t *testing.T) {
+	for _, n := range []int{8, 200} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			bs := make([]affinity.Backend, n)
+			for i := range bs {
+				bs[i] = affinity.MustBackend(fmt.Sprintf("b%03d", i), "", float64(1+i%3))
+			}
+			bs = append(bs, bs[n/2]) // a duplicate collapses to its first occurrence
+			ref, _ := newSched(t, affinity.Config{})
+			s, _ := newSched(t, loadCfg(1.1, 1))
+			for i := range 500 {
+				id := fmt.Sprintf("s%d", i)
+				want, _, err := ref.SelectBackend(id, "", bs)
+				require.NoError(t, err)
+				l, err := s.Acquire(id, "", bs, 100)
+				require.NoError(t, err)
+				require.Equal(t, want.ID(), l.Backend.ID(), id)
+				l.Done(affinity.DoneInfo{})
+			}
+		})
+	}
+}

@@ -17,24 +17,37 @@ type placement struct {
 	boundOver bool         // the excluded candidate is over the bound, this request counted
 }
 
-// rankedCand is one eligible candidate with its HRW rank key and its load.
-type rankedCand struct {
-	i    int     // index in candidates
-	m    uint64  // hrw.Mix(keyHash, node hash) >> 11
-	s    float64 // score, only when the weights differ
-	w    float64 // weight
-	load int64   // the backend's load view, prompt tokens
-	bl   *backendLoad
-	st   health.State
-}
-
 // walkInline is the number of candidates whose walk runs on stack scratch; more use a
 // pooled walkScratch.
 const walkInline = 64
 
+// walkScratch holds, per candidate, what the walk reads once: the candidate's HRW rank key
+// (m = hrw.Mix(keyHash, node hash) >> 11, and the score when weights differ), its load
+// record and load view, and its health state (stateSkip for Down or a later duplicate).
 type walkScratch struct {
-	r   []rankedCand
-	set []int32
+	m    []uint64
+	s    []float64
+	load []int64
+	bl   []*backendLoad
+	st   []health.State
+	set  []int32 // duplicate check: open addressing over node hashes, 1 + candidate index
+}
+
+// stateSkip marks a candidate the walk ignores (Down, or a later copy of an ID).
+const stateSkip = health.State(0xff)
+
+func (w *walkScratch) size(n int) {
+	if cap(w.m) < n {
+		w.m, w.s, w.load = make([]uint64, n), make([]float64, n), make([]int64, n)
+		w.bl, w.st = make([]*backendLoad, n), make([]health.State, n)
+	}
+	w.m, w.s, w.load, w.bl, w.st = w.m[:n], w.s[:n], w.load[:n], w.bl[:n], w.st[:n]
+	size := 1 << bits.Len(uint(2*n-1)) // power of two >= 2n
+	if cap(w.set) < size {
+		w.set = make([]int32, size)
+	}
+	w.set = w.set[:size]
+	clear(w.set)
 }
 
 // walk is the bounded-load walk along the session's HRW ranking over the eligible
@@ -53,48 +66,49 @@ type walkScratch struct {
 // under it). 0 allocs up to 64 candidates (a pooled scratch beyond).
 func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
 	if len(cands) <= walkInline {
-		var rb [walkInline]rankedCand
-		var set [2 * walkInline]int32
-		return s.walkIn(kh, cands, units, bound, rb[:0], set[:])
+		var (
+			m    [walkInline]uint64
+			sc   [walkInline]float64
+			load [walkInline]int64
+			bl   [walkInline]*backendLoad
+			st   [walkInline]health.State
+			set  [2 * walkInline]int32
+		)
+		n := len(cands)
+		w := walkScratch{m: m[:n], s: sc[:n], load: load[:n], bl: bl[:n], st: st[:n], set: set[:]}
+		return s.walkIn(kh, cands, units, bound, &w)
 	}
-	sc, ok := s.ld.scratch.Get().(*walkScratch)
+	w, ok := s.ld.scratch.Get().(*walkScratch)
 	if !ok {
-		sc = &walkScratch{}
+		w = &walkScratch{}
 	}
-	size := 1 << bits.Len(uint(2*len(cands)-1)) // power of two >= 2n
-	if cap(sc.set) < size {
-		sc.set = make([]int32, size)
-	}
-	sc.set = sc.set[:size]
-	clear(sc.set)
-	if cap(sc.r) < len(cands) {
-		sc.r = make([]rankedCand, 0, len(cands))
-	}
-	pl, err := s.walkIn(kh, cands, units, bound, sc.r[:0], sc.set)
-	clear(sc.r[:cap(sc.r)]) // drop the *backendLoad pointers
-	s.ld.scratch.Put(sc)
+	w.size(len(cands))
+	pl, err := s.walkIn(kh, cands, units, bound, w)
+	clear(w.bl) // drop the *backendLoad pointers
+	s.ld.scratch.Put(w)
 	return pl, err
 }
 
-// walkIn is walk over the given scratch: r (empty, with room for len(cands)) and set (a
-// zeroed power-of-two table of at least 2 x len(cands) slots, for the duplicate check).
-func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, r []rankedCand, set []int32) (placement, error) {
+// walkIn is walk over the scratch w (sized for cands, set zeroed).
+func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w *walkScratch) (placement, error) {
 	q := s.ld.p.queuedCost
-	mask := len(set) - 1
-	anyHealthy := false
+	mask := len(w.set) - 1
 	pl := placement{w: -1}
-	var bk rankedCand // rank key of the bound candidate (bound >= 0)
+	var nH, nD int       // eligible Healthy / Draining candidates
+	var totH, totD int64 // their loads
+	varied, w0 := false, 0.0
 	for i := range cands {
 		c := &cands[i]
 		if isZero(c) {
 			return pl, invalidCandidate(i)
 		}
 		h := c.node.Hash()
+		w.st[i] = stateSkip
 		dup := false
 		for p := int(h) & mask; ; p = (p + 1) & mask {
-			j := set[p]
+			j := w.set[p]
 			if j == 0 {
-				set[p] = int32(i + 1)
+				w.set[p] = int32(i + 1)
 				break
 			}
 			if o := &cands[j-1]; o.node.Hash() == h && o.node.ID() == c.node.ID() {
@@ -107,46 +121,38 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, r
 		}
 		bl := s.ld.loads.get(c.node.ID(), h)
 		load := bl.view(q)
+		w.m[i], w.bl[i], w.load[i] = hrw.Mix(kh, h)>>11, bl, load
+		if wt := c.node.Weight(); i == 0 || w0 == 0 {
+			w0 = wt
+		} else if wt != w0 {
+			varied = true
+		}
 		if i == bound {
 			pl.boundLoad = load
-			bk = rankedCand{i: i, m: hrw.Mix(kh, h) >> 11, w: c.node.Weight()}
 		}
-		st := s.state(c.node.ID())
-		if st == health.Down {
-			continue
+		switch st := s.state(c.node.ID()); st {
+		case health.Healthy:
+			w.st[i] = st
+			nH++
+			totH += load
+		case health.Draining:
+			w.st[i] = st
+			nD++
+			totD += load
 		}
-		anyHealthy = anyHealthy || st == health.Healthy
-		r = append(r, rankedCand{i: i, m: hrw.Mix(kh, h) >> 11, w: c.node.Weight(), load: load, bl: bl, st: st})
 	}
-	// Keep the eligible state only; sum their loads; note whether the weights differ.
-	want := health.Draining
-	if anyHealthy {
-		want = health.Healthy
+	want, n, total := health.Healthy, nH, totH
+	if nH == 0 {
+		want, n, total = health.Draining, nD, totD
 	}
-	n, varied := 0, false
-	var total int64
-	for _, rc := range r {
-		if rc.st != want {
-			continue
-		}
-		varied = varied || rc.w != r[0].w
-		r[n] = rc
-		n++
-		total += rc.load
-	}
-	r = r[:n]
 	if n == 0 {
 		return pl, noEligible(cands)
 	}
-	if bound >= 0 && bk.w != r[0].w {
-		varied = true
-	}
 	if varied {
-		for j := range r {
-			r[j].s = hrw.Score(kh, cands[r[j].i].node)
-		}
-		if bound >= 0 {
-			bk.s = hrw.Score(kh, cands[bound].node)
+		for i := range cands {
+			if w.st[i] != stateSkip {
+				w.s[i] = hrw.Score(kh, cands[i].node)
+			}
 		}
 	}
 	limit := s.ld.p.factor * float64(total+units) / float64(n)
@@ -154,45 +160,43 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, r
 	if bound >= 0 {
 		pl.boundOver = !under(pl.boundLoad)
 	}
-	better := func(a, b *rankedCand) bool {
-		if varied && a.s != b.s {
-			return a.s > b.s
+	// better reports whether candidate a ranks before b: score (weights differ), m, ID,
+	// index — the order of package hrw.
+	better := func(a, b int) bool {
+		if varied && w.s[a] != w.s[b] {
+			return w.s[a] > w.s[b]
 		}
-		if a.m != b.m {
-			return a.m > b.m
+		if w.m[a] != w.m[b] {
+			return w.m[a] > w.m[b]
 		}
-		if ia, ib := cands[a.i].node.ID(), cands[b.i].node.ID(); ia != ib {
+		if ia, ib := cands[a].node.ID(), cands[b].node.ID(); ia != ib {
 			return ia < ib
 		}
-		return a.i < b.i
+		return a < b
 	}
-	take := func(rc *rankedCand) (placement, error) {
-		pl.w, pl.st, pl.bl, pl.load = rc.i, rc.st, rc.bl, rc.load
-		return pl, nil
-	}
-	// A spill only moves down the session's ranking: to candidates ranked after the bound
-	// one (so a binding can never move back: no ping-pong).
-	after := func(rc *rankedCand) bool { return bound < 0 || better(&bk, rc) }
 	// The first backend of the ranking under the bound is the best-ranked one among those
-	// under it: one pass, no sort. The fallback is the least loaded (ties: ranking).
+	// under it: one pass, no sort. The fallback is the least loaded (ties: ranking). A
+	// spill only moves down the ranking: to candidates ranked after the bound one, so a
+	// binding can never move back (no ping-pong).
 	first, least := -1, -1
-	for j := range r {
-		rc := &r[j]
-		if !after(rc) {
+	for i := range cands {
+		if w.st[i] != want || (bound >= 0 && (i == bound || better(i, bound))) {
 			continue
 		}
-		if under(rc.load) && (first < 0 || better(rc, &r[first])) {
-			first = j
+		if under(w.load[i]) && (first < 0 || better(i, first)) {
+			first = i
 		}
-		if least < 0 || rc.load < r[least].load || (rc.load == r[least].load && better(rc, &r[least])) {
-			least = j
+		if least < 0 || w.load[i] < w.load[least] || (w.load[i] == w.load[least] && better(i, least)) {
+			least = i
 		}
 	}
-	switch {
-	case first >= 0:
-		return take(&r[first])
-	case bound >= 0 || least < 0:
-		return pl, nil // a spill needs a target under the bound
+	take := first
+	if take < 0 {
+		if bound >= 0 || least < 0 {
+			return pl, nil // a spill needs a target under the bound
+		}
+		take = least
 	}
-	return take(&r[least])
+	pl.w, pl.st, pl.bl, pl.load = take, w.st[take], w.bl[take], w.load[take]
+	return pl, nil
 }
