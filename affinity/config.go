@@ -233,8 +233,14 @@ type yamlNumbers struct {
 	Tiers             map[string]struct {
 		StickyTTLSeconds any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
 	} `yaml:"tiers" json:"tiers"`
+	// Load lists every key of LoadConfig: a strict decoder (yaml.v3 KnownFields) rejects
+	// keys this struct lacks.
 	Load struct {
+		BalanceFactor     any `yaml:"balance_factor" json:"balance_factor"`
+		SpillCostWeight   any `yaml:"spill_cost_weight" json:"spill_cost_weight"`
+		DisableSpill      any `yaml:"disable_spill" json:"disable_spill"`
 		QueuedRequestCost any `yaml:"queued_request_cost" json:"queued_request_cost"`
+		ColdCacheRatio    any `yaml:"cold_cache_ratio" json:"cold_cache_ratio"`
 	} `yaml:"load" json:"load"`
 }
 
