@@ -57,6 +57,11 @@ func run(args []string) error {
 	fs.IntVar(&p.MaxTokens, "max-tokens", p.MaxTokens, "output tokens per answer")
 	fs.Float64Var(&p.TimeScale, "time-scale", p.TimeScale, "multiplies every simulated backend duration")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "seed for prompts and session IDs")
+	fs.BoolVar(&p.Skewed, "skewed", false, "also run the skewed scenario (10x prompt sizes, high concurrency): sticky vs load-aware vs off")
+	fs.IntVar(&p.SkewSessions, "skew-sessions", p.SkewSessions, "skewed scenario: sessions")
+	fs.IntVar(&p.SkewConcurrency, "skew-concurrency", p.SkewConcurrency, "skewed scenario: sessions driven concurrently")
+	factor := fs.Float64("skew-balance-factor", p.SkewLoad.BalanceFactor, "skewed scenario, load-aware: load.balance_factor")
+	weight := fs.Float64("skew-spill-cost-weight", *p.SkewLoad.SpillCostWeight, "skewed scenario, load-aware: load.spill_cost_weight")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -67,6 +72,7 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	p.SkewLoad.BalanceFactor, p.SkewLoad.SpillCostWeight = *factor, weight
 	p.Progress = progressTo(os.Stderr, *quiet)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

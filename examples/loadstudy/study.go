@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/fakevllm"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
@@ -35,6 +37,15 @@ type Params struct {
 	MaxTokens   int     // output tokens per answer
 	TimeScale   float64 // fakevllm TimeScale: multiplies every simulated duration
 	Seed        uint64  // seeds the generated prompts and session IDs
+
+	// Skewed adds the skewed scenario: every fourth session's system prompt is 10x
+	// PromptBytes, SkewSessions sessions x Turns run SkewConcurrency at a time, under
+	// three policies: sticky (affinity, no load awareness), load-aware (the gateway's
+	// affinity.Config.Load = SkewLoad) and affinity off.
+	Skewed          bool
+	SkewSessions    int
+	SkewConcurrency int
+	SkewLoad        affinity.LoadConfig
 
 	// Progress receives the progress bar; nil shows none.
 	Progress io.Writer
@@ -54,6 +65,10 @@ func DefaultParams() Params {
 		MaxTokens:   12,
 		TimeScale:   0.5,
 		Seed:        1,
+
+		SkewSessions:    24,
+		SkewConcurrency: 12,
+		SkewLoad:        affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(8)},
 	}
 }
 
@@ -84,15 +99,27 @@ func (p Params) validate() error {
 		return fmt.Errorf("-max-tokens %d: need at least 1", p.MaxTokens)
 	case !(p.TimeScale > 0) || math.IsInf(p.TimeScale, 0):
 		return fmt.Errorf("-time-scale %v: must be > 0", p.TimeScale)
+	case p.Skewed && (p.SkewSessions < 1 || p.SkewConcurrency < 1):
+		return fmt.Errorf("-skew-sessions %d, -skew-concurrency %d: need at least 1", p.SkewSessions, p.SkewConcurrency)
+	case p.Skewed && p.SkewLoad.BalanceFactor == 0:
+		return errors.New("skewed scenario: SkewLoad.BalanceFactor must turn load awareness on")
+	}
+	if p.Skewed {
+		if err := p.SkewLoad.Validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // Condition is one arm of the study.
 type Condition struct {
-	Name     string
-	Sessions int
-	Turns    int
+	Name        string
+	Sessions    int
+	Turns       int
+	Concurrency int                  // 0: Params.Concurrency
+	Skewed      bool                 // every fourth session has a 10x system prompt
+	Load        *affinity.LoadConfig // the gateway's load awareness (nil: off)
 }
 
 // Conditions returns ON (sticky sessions) and OFF (fresh single-turn sessions).
@@ -101,10 +128,22 @@ func (p Params) Conditions() []Condition {
 	if off == 0 {
 		off = p.Sessions * p.Turns
 	}
-	return []Condition{
+	conds := []Condition{
 		{Name: fmt.Sprintf("affinity ON (%d sessions x %d turns)", p.Sessions, p.Turns), Sessions: p.Sessions, Turns: p.Turns},
 		{Name: fmt.Sprintf("affinity OFF (%d single-turn sessions)", off), Sessions: off, Turns: 1},
 	}
+	if p.Skewed {
+		n, c := p.SkewSessions, p.SkewConcurrency
+		load := p.SkewLoad
+		conds = append(conds,
+			Condition{Name: fmt.Sprintf("skewed: sticky (%d sessions x %d turns, c=%d)", n, p.Turns, c),
+				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true},
+			Condition{Name: fmt.Sprintf("skewed: load-aware (balance_factor %g, spill_cost_weight %g)", load.BalanceFactor, *load.SpillCostWeight),
+				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true, Load: &load},
+			Condition{Name: fmt.Sprintf("skewed: affinity OFF (%d single-turn sessions, c=%d)", n*p.Turns, c),
+				Sessions: n * p.Turns, Turns: 1, Concurrency: c, Skewed: true})
+	}
+	return conds
 }
 
 // Result is the measured outcome of one condition.
@@ -167,7 +206,7 @@ type cluster struct {
 	stop     func()
 }
 
-func startCluster(p Params) (*cluster, error) {
+func startCluster(p Params, cond Condition) (*cluster, error) {
 	c := &cluster{}
 	var servers []*http.Server
 	var wg sync.WaitGroup
@@ -184,6 +223,9 @@ func startCluster(p Params) (*cluster, error) {
 		opts = append(opts, fakevllm.WithSleep(p.Sleep))
 	}
 	gcfg := gateway.Config{Listen: "127.0.0.1:0"}
+	if cond.Load != nil {
+		gcfg.Affinity.Load = *cond.Load
+	}
 	for i := range p.Backends {
 		id := fmt.Sprintf("vllm-%d", i+1)
 		srv, err := fakevllm.New(fakevllm.Config{
@@ -240,13 +282,14 @@ func RunCondition(ctx context.Context, p Params, cond Condition, salt uint64) (R
 	if err := p.validate(); err != nil {
 		return Result{}, err
 	}
-	cl, err := startCluster(p)
+	cl, err := startCluster(p, cond)
 	if err != nil {
 		return Result{}, err
 	}
 	defer cl.stop()
 
-	transport := &http.Transport{MaxIdleConnsPerHost: p.Concurrency * 2}
+	conc := cmp.Or(cond.Concurrency, p.Concurrency)
+	transport := &http.Transport{MaxIdleConnsPerHost: conc * 2}
 	defer transport.CloseIdleConnections()
 	client := openai.NewClient(
 		option.WithBaseURL(cl.gwURL+"/v1/"),
@@ -268,8 +311,8 @@ func RunCondition(ctx context.Context, p Params, cond Condition, salt uint64) (R
 		errs    []error
 		wg      sync.WaitGroup
 	)
-	promptTokens := int64(p.PromptBytes / fakevllm.BytesPerToken)
-	for range p.Concurrency {
+	promptTokens := int64(p.PromptBytes / fakevllm.BytesPerToken) // of the small sessions
+	for range conc {
 		wg.Go(func() {
 			for s := range jobs {
 				got, err := runSession(ctx, client, p, cond, salt, s, func() { _ = bar.Add(1) })
@@ -334,7 +377,7 @@ feed:
 func runSession(ctx context.Context, client openai.Client, p Params, cond Condition, salt uint64, s int, done func()) ([]sample, error) {
 	rng := rand.New(rand.NewPCG(p.Seed, salt<<32|uint64(s)))
 	sessionID := fmt.Sprintf("study-%d-%d-%d-%016x", p.Seed, salt, s, rng.Uint64())
-	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(systemPrompt(rng, sessionID, p.PromptBytes))}
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.SystemMessage(systemPrompt(rng, sessionID, promptBytes(p, cond, s)))}
 	var out []sample
 	for t := range cond.Turns {
 		msgs = append(msgs, openai.UserMessage(userMessage(rng, t)))
@@ -361,6 +404,15 @@ func runSession(ctx context.Context, client openai.Client, p Params, cond Condit
 		done()
 	}
 	return out, nil
+}
+
+// promptBytes is session s's system prompt size: 10x PromptBytes for every fourth session
+// of a skewed condition.
+func promptBytes(p Params, cond Condition, s int) int {
+	if cond.Skewed && s%4 == 0 {
+		return 10 * p.PromptBytes
+	}
+	return p.PromptBytes
 }
 
 var words = strings.Fields(`the a repository function test build module file error config request

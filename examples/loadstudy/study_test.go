@@ -71,3 +71,34 @@ func TestRunFlags(t *testing.T) {
 	assert.Error(t, run([]string{"-nope"}))
 	assert.Error(t, run([]string{"extra"}))
 }
+
+func TestStudySkewed(t *testing.T) {
+	p := smallParams()
+	p.Skewed, p.SkewSessions, p.SkewConcurrency = true, 4, 4
+	conds := p.Conditions()
+	require.Len(t, conds, 5)
+	assert.Nil(t, conds[2].Load, "sticky: no load awareness")
+	require.NotNil(t, conds[3].Load, "load-aware")
+	assert.Equal(t, 1.25, conds[3].Load.BalanceFactor)
+	assert.Equal(t, 10*p.PromptBytes, promptBytes(p, conds[2], 0), "every fourth session is 10x")
+	assert.Equal(t, p.PromptBytes, promptBytes(p, conds[2], 1))
+
+	results, err := Run(context.Background(), p)
+	require.NoError(t, err)
+	require.Len(t, results, 5)
+	sticky, aware, off := results[2], results[3], results[4]
+	assert.Equal(t, 12, sticky.Requests)
+	assert.Equal(t, 2.0/3.0, sticky.HitRate(), "turn 1 misses, turns 2-3 hit")
+	assert.Equal(t, 12, aware.Requests)
+	assert.GreaterOrEqual(t, aware.HitRate(), 0.5, "load awareness keeps most bindings")
+	assert.Equal(t, 0.0, off.HitRate())
+
+	var buf bytes.Buffer
+	require.NoError(t, WriteTable(&buf, p, results))
+	assert.Contains(t, buf.String(), "| skewed: sticky (4 sessions x 3 turns, c=4) | 12 | 66.7 % |")
+	assert.Contains(t, buf.String(), "Skewed scenario: every fourth session has a 10240-byte system prompt")
+
+	p.SkewLoad.BalanceFactor = 0.5
+	_, err = Run(context.Background(), p)
+	assert.Error(t, err, "invalid load block")
+}

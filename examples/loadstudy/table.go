@@ -9,16 +9,16 @@ import (
 
 // WriteTable prints the results as a Markdown table.
 func WriteTable(w io.Writer, p Params, results []Result) error {
-	_, err := fmt.Fprintf(w, "| condition | requests | affinity hit rate (gateway /metrics) | p50 | p95 | mean cold turn | mean warm turn | cold/warm | backend prefix-cache hit rate |\n"+
-		"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	_, err := fmt.Fprintf(w, "| condition | requests | affinity hit rate (gateway /metrics) | p50 | p95 | p99 | mean cold turn | mean warm turn | cold/warm | backend prefix-cache hit rate |\n"+
+		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	if err != nil {
 		return err
 	}
 	for _, r := range results {
 		cold, warm := mean(r.Cold), mean(r.Warm)
-		_, err := fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n",
+		_, err := fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Condition, r.Requests, pct(r.HitRate()),
-			ms(percentile(r.Latencies, 0.50)), ms(percentile(r.Latencies, 0.95)),
+			ms(percentile(r.Latencies, 0.50)), ms(percentile(r.Latencies, 0.95)), ms(percentile(r.Latencies, 0.99)),
 			msN(cold, len(r.Cold)), msN(warm, len(r.Warm)), times(cold, warm, len(r.Cold), len(r.Warm)),
 			pct(r.CacheHitRate()))
 		if err != nil {
@@ -32,6 +32,14 @@ func WriteTable(w io.Writer, p Params, results []Result) error {
 		p.Backends, prefillPerToken, decodePerToken, maxConcurrent, p.TimeScale, p.PromptBytes, p.MaxTokens, p.Concurrency)
 	if err != nil {
 		return err
+	}
+	if p.Skewed {
+		_, err = fmt.Fprintf(w, "Skewed scenario: every fourth session has a %d-byte system prompt (10x), %d sessions x %d turns at concurrency %d; "+
+			"sticky = affinity without load awareness, load-aware = the gateway's affinity.load block, OFF = fresh single-turn sessions.\n",
+			10*p.PromptBytes, p.SkewSessions, p.Turns, p.SkewConcurrency)
+		if err != nil {
+			return err
+		}
 	}
 	for _, r := range results {
 		if r.ColdByCache != len(r.Cold) {
