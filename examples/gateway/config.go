@@ -44,6 +44,8 @@ var (
 	ErrOutlierConfig    = errors.New("gateway: bad outlier_detection config")                 // a bad outlier_detection.* field
 	ErrTimeoutConfig    = errors.New("gateway: bad timeouts config")                          // a timeouts.* value not a finite number > 0
 	ErrLimitsConfig     = errors.New("gateway: bad limits config")                            // a limits.* value out of range
+	// ErrLoadReportInterval: load_report_seconds is negative, NaN or Inf.
+	ErrLoadReportInterval = errors.New("gateway: bad load_report_seconds")
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -147,6 +149,11 @@ type Config struct {
 	// Limits bounds the memory and connections held by requests in flight (see
 	// [LimitsConfig]).
 	Limits LimitsConfig `yaml:"limits"`
+	// LoadReportSeconds is how often [Gateway.Run] reads each backend's /metrics
+	// (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc)
+	// and reports it to the scheduler (affinity.Scheduler.ReportLoad), in seconds. 0 (the
+	// default) turns it off; negative, NaN or Inf is [ErrLoadReportInterval]. Reloadable.
+	LoadReportSeconds float64 `yaml:"load_report_seconds"`
 }
 
 // BackendConfig is one inference server.
@@ -383,6 +390,9 @@ func (c Config) Validate() error {
 	}
 	if v := c.DrainSeconds; !(v > 0) || math.IsInf(v, 0) {
 		return invalid(ErrDrainTimeout, "drain_seconds: %v: must be > 0", v)
+	}
+	if v := c.LoadReportSeconds; !(v >= 0) || math.IsInf(v, 0) {
+		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: must be >= 0", v)
 	}
 	if err := c.OutlierDetection.validate(); err != nil {
 		return err

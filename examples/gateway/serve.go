@@ -34,6 +34,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		wg.Go(func() { g.recheckLoop(lctx, rt) })
 		wg.Go(func() { g.sweepLoop(lctx, rt) })
+		if rt.cfg.LoadReportSeconds > 0 { // lease.go
+			wg.Go(func() { every(lctx, nil, rt.cfg.LoadReportSeconds, func() { g.ReportLoads(lctx) }) })
+		}
 		select {
 		case <-ctx.Done():
 		case <-g.reloaded:
