@@ -121,12 +121,24 @@
 // ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes; the body read has its own deadline
 // (read_body_seconds, then JSON 408). See [TimeoutsConfig] and [LimitsConfig].
 //
+// # Load awareness (leases)
+//
+// Requests with a session are placed by affinity.Scheduler.Acquire (cost = request body
+// bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
+// same. The lease is released when the response body has been copied and closed — the
+// end of a JSON response or SSE stream, a client cancel, a backend error — with the usage
+// of the JSON body or of the last SSE chunk carrying one; a retry releases the failed
+// attempt first. With load_report_seconds > 0, [Gateway.Run] also reads each backend's
+// vLLM queue gauges ([Gateway.ReportLoads]). See lease.go.
+//
 // # Metrics
 //
 // /metrics serves the gateway's own Prometheus registry: the agentserve_affinity_*
 // series of the metrics/prometheus adapter, the per-backend [MetricBackendUp],
 // [MetricBackendState] and [MetricBackendEjections] (label backend: configured backends
-// only), [MetricRequests] by code_class and source, and the Go and process collectors.
+// only), the per-backend outstanding load ([MetricOutstandingRequests],
+// [MetricOutstandingCost], same label), [MetricRequests] by code_class and source, and
+// the Go and process collectors.
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
 // backend's state. Every state change the gateway causes is logged ("backend state
