@@ -211,6 +211,12 @@
 //     to 64) or a pooled slice (more). Amortized growth (a shard's
 //     entry chunks and index, the pool after a GC) and the first binding to a backend in
 //     a shard (which interns its ID) allocate too.
+//   - Acquire + Lease.Done: SelectBackend's cost plus two atomic adds per side, a pooled
+//     lease record and one compare-and-swap (0 allocs in the steady state). With load
+//     awareness on, a miss and a hit on a busy backend also read every candidate's load
+//     (O(len(candidates)) lock-free lookups and atomic loads, no sort; the hit does it
+//     under its shard lock); a hit on an idle backend reads one. Done with usage and load
+//     awareness on hashes the session ID and takes one shard lock.
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.
 //   - Lookup, Forget: O(1); Len, Stats: O(shards); Sweep: see above.

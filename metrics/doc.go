@@ -5,6 +5,10 @@
 // It holds:
 //
 //   - [Recorder], the four-method interface the Scheduler calls (outside its locks);
+//   - [UsageRecorder], an optional extension a Recorder may also implement to receive the
+//     token usage reported when a load-aware lease ends (prompt and cached prompt tokens
+//     of affinity hits); the Scheduler finds it with a type assertion, so adding it broke
+//     no existing Recorder. Counters, Recording and the Prometheus adapter implement it;
 //   - [Noop], a Recorder that does nothing (the default when none is configured);
 //   - [Counters], in-memory atomic per-tier counters with a [Counters.Snapshot] and
 //     [Counters.Total] (usable with expvar, a /debug page, or in tests); a hit costs no
