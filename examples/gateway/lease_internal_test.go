@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"testing"
+)
+
+// nopBody is a response body over a byte slice that reads at most chunk bytes per Read.
+type nopBody struct {
+	r     *bytes.Reader
+	chunk int
+}
+
+func (b *nopBody) Read(p []byte) (int, error) {
+	if len(p) > b.chunk {
+		p = p[:b.chunk]
+	}
+	return b.r.Read(p)
+}
+
+func (b *nopBody) Close() error { return nil }
+
+const sseStream = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n" +
+	"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1200,\"completion_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":1024}}}\r\n\r\n" +
+	"data: [DONE]\n\n"
+
+// FuzzSSEUsage: whatever the stream and however it is split into reads, scanning never
+// panics; the well-formed stream's usage is found at every split.
+func FuzzSSEUsage(f *testing.F) {
+	f.Add([]byte(sseStream), 1)
+	f.Add([]byte(sseStream), 7)
+	f.Add([]byte("data: {\"usage\":"), 3)
+	f.Add([]byte("\n\n\ndata:\"usage\"\n"), 2)
+	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
+		chunk = 1 + (chunk&0xffff)%64
+		got := readSSE(t, data, chunk)
+		if bytes.Equal(data, []byte(sseStream)) && (got.PromptTokens != 1200 || got.PromptTokensDetails.CachedTokens != 1024) {
+			t.Fatalf("chunk %d: usage %+v", chunk, got)
+		}
+	})
+}
+
+func TestSSEUsageEverySplit(t *testing.T) {
+	for chunk := 1; chunk <= len(sseStream); chunk++ {
+		got := readSSE(t, []byte(sseStream), chunk)
+		if got.PromptTokens != 1200 || got.CompletionTokens != 8 || got.PromptTokensDetails.CachedTokens != 1024 {
+			t.Fatalf("chunk %d: usage %+v", chunk, got)
+		}
+	}
+}
+
+// readSSE reads data through a leaseBody in reads of chunk bytes and returns the usage it
+// would report.
+func readSSE(t *testing.T, data []byte, chunk int) usage {
+	t.Helper()
+	b := &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader(data), chunk: chunk}, st: &route{}, sse: true}
+	if _, err := io.Copy(io.Discard, b); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.last) == 0 {
+		return usage{}
+	}
+	return usageOf(b.last)
+}
