@@ -129,6 +129,7 @@ func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
 		return
 	}
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, []string{"hit", "miss", "rebind", "spill"}, resp.Header.Get(gateway.HeaderOutcome))
 }
 
 // failed counts the requests of TestLeasesReleased answered 502 (their leases must be

@@ -29,6 +29,20 @@ import (
 // failed attempt's lease (with the error) before acquiring the next. Requests without a
 // session ID are hashed without a binding and hold no lease.
 
+// HeaderOutcome carries the placement outcome of a request with a session: "hit",
+// "miss", "rebind" or "spill" (affinity.Outcome); absent for requests without a session.
+const HeaderOutcome = "X-Agent-Serve-Outcome"
+
+// setOutcome sets HeaderOutcome from st's current lease.
+func (st *route) setOutcome(h http.Header) {
+	st.mu.Lock()
+	o := st.lease.Outcome
+	st.mu.Unlock()
+	if o != 0 {
+		h.Set(HeaderOutcome, o.String())
+	}
+}
+
 // Metric names of the gateway's per-backend outstanding load (label backend: the
 // configured backend IDs only).
 const (

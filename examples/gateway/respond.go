@@ -33,6 +33,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	b, hit := st.current()
 	resp.Header.Set(HeaderBackend, b.id)
 	resp.Header.Set(HeaderAffinityHit, strconv.FormatBool(hit))
+	st.setOutcome(resp.Header)
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
