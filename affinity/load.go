@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/agentserve/sessionaffinity/metrics"
 )
@@ -172,7 +173,9 @@ func (x *loadIndex) find(id string, h uint64) *backendLoad {
 		case 0:
 			return nil
 		case h:
-			if v := x.vals[p]; v.id == id {
+			// The same Backend values are passed on every call: their ID strings share
+			// the stored one's bytes, so the pointer test usually settles it.
+			if v := x.vals[p]; len(v.id) == len(id) && (unsafe.StringData(v.id) == unsafe.StringData(id) || v.id == id) {
 				return v
 			}
 		}
@@ -225,7 +228,9 @@ func (t *loadTable) add(id string, h uint64) *backendLoad {
 			}
 		}
 	}
-	b := &backendLoad{id: strings.Clone(id)}
+	// Not cloned: the ID of a Backend is its caller's string, and keeping that very
+	// string lets later lookups compare pointers (IDs are short; pinning is harmless).
+	b := &backendLoad{id: id}
 	x.put(h, b)
 	t.idx.Store(x)
 	return b
@@ -333,7 +338,11 @@ func (s *Scheduler) ReportLoad(backendID string, l BackendLoad) error {
 	case !finite(l.KVCache) || l.KVCache < 0 || l.KVCache > 1:
 		return fmt.Errorf("%w: %s: kv cache usage %v not in [0, 1]", ErrInvalidLoad, errTrunc(backendID), l.KVCache)
 	}
-	b := s.ld.loads.get(backendID, hashID(backendID))
+	b := s.ld.loads.lookup(backendID)
+	if b == nil { // first sight: keep a copy, the caller's string may be part of a buffer
+		id := strings.Clone(backendID)
+		b = s.ld.loads.get(id, hashID(id))
+	}
 	b.reported.Store(l.Waiting + l.Running)
 	b.kvMilli.Store(int64(math.Round(l.KVCache * 1000)))
 	return nil
