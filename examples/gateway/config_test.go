@@ -149,7 +149,7 @@ func TestLoadConfigShippedExample(t *testing.T) {
 	assert.Equal(t, new(true), cfg.Health.Enabled)
 	assert.Equal(t, 1.25, cfg.Affinity.Load.BalanceFactor, "the shipped config turns load awareness on")
 	require.NotNil(t, cfg.Affinity.Load.SpillCostWeight)
-	assert.Equal(t, 8.0, *cfg.Affinity.Load.SpillCostWeight)
+	assert.Equal(t, 5.0, *cfg.Affinity.Load.SpillCostWeight)
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	g.Close()

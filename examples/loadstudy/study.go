@@ -68,7 +68,7 @@ func DefaultParams() Params {
 
 		SkewSessions:    24,
 		SkewConcurrency: 12,
-		SkewLoad:        affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(8)},
+		SkewLoad:        affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(5)},
 	}
 }
 

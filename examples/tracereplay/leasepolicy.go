@@ -14,7 +14,7 @@ import (
 // -spill-cost-weight flags); the README's sweep explains the choice.
 const (
 	DefaultBalanceFactor   = 1.25
-	DefaultSpillCostWeight = 8.0
+	DefaultSpillCostWeight = 5.0
 )
 
 // servedListener is implemented by policies that need to know when and how a request they
