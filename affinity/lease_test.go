@@ -502,3 +502,40 @@ func TestAcquireIdleEqualsHRW(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadPlacementOrderIndependent: for a fixed load view, placement and spill do not
+// depend on the order of the candidates (rule 8 holds with load awareness on).
+func TestLoadPlacementOrderIndependent(t *testing.T) {
+	bs := backendsN(9)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for round := range 50 {
+		var rs [2]*affinity.Scheduler
+		for k := range rs {
+			rs[k], _ = newSched(t, loadCfg(1.1, 0.5))
+		}
+		// The same load on both: one open lease of random cost per backend, some idle.
+		for i, b := range bs {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			cost := int64(1 + rng.IntN(20000))
+			for k := range rs {
+				_, err := rs[k].Acquire(fmt.Sprintf("bg%d", i), "", []affinity.Backend{b}, cost)
+				require.NoError(t, err)
+			}
+		}
+		for s := range 40 {
+			id := fmt.Sprintf("r%d-s%d", round, s)
+			perm := append([]affinity.Backend(nil), bs...)
+			rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+			a, err := rs[0].Acquire(id, "", bs, 3000)
+			require.NoError(t, err)
+			b, err := rs[1].Acquire(id, "", perm, 3000)
+			require.NoError(t, err)
+			require.Equal(t, a.Backend.ID(), b.Backend.ID(), "round %d session %d", round, s)
+			require.Equal(t, a.Outcome, b.Outcome)
+			a.Done(affinity.DoneInfo{})
+			b.Done(affinity.DoneInfo{})
+		}
+	}
+}
