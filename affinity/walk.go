@@ -183,10 +183,14 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		if w.st[i] != want || (bound >= 0 && (i == bound || better(i, bound))) {
 			continue
 		}
-		if under(w.load[i]) && (first < 0 || better(i, first)) {
-			first = i
+		load := w.load[i]
+		if load == 0 || float64(load+units) <= limit { // under the bound
+			// Equal weights: m orders alone unless it ties (then better decides).
+			if first < 0 || (!varied && w.m[i] > w.m[first]) || ((varied || w.m[i] == w.m[first]) && better(i, first)) {
+				first = i
+			}
 		}
-		if least < 0 || w.load[i] < w.load[least] || (w.load[i] == w.load[least] && better(i, least)) {
+		if least < 0 || load < w.load[least] || (load == w.load[least] && better(i, least)) {
 			least = i
 		}
 	}
