@@ -80,7 +80,8 @@
 //     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond its open
 //     leases here. A lease is charged its cost (0 counts as 1, so callers without an
 //     estimate get request counting), except a hit with load awareness on, which is
-//     charged cost - reprefill (at least 1; reprefill as in rule 16): a warm backend
+//     charged cost - reprefill (at least 1; reprefill as in rule 16; costs above
+//     MaxLeaseCost, 2^24 tokens, count as MaxLeaseCost): a warm backend
 //     prefills only the part of the prompt beyond the cached prefix. Per backend it is
 //     kept in atomics; nothing is kept per session beyond the binding (which holds the
 //     last reported prompt size and a lost-cache flag).
@@ -211,7 +212,7 @@
 //     to 64) or a pooled slice (more). Amortized growth (a shard's
 //     entry chunks and index, the pool after a GC) and the first binding to a backend in
 //     a shard (which interns its ID) allocate too.
-//   - Acquire + Lease.Done: SelectBackend's cost plus two atomic adds per side, a pooled
+//   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, a pooled
 //     lease record and one compare-and-swap (0 allocs in the steady state). With load
 //     awareness on, a miss and a hit on a busy backend also read every candidate's load
 //     (O(len(candidates)) lock-free lookups and atomic loads, no sort; the hit does it

@@ -105,7 +105,7 @@ type leaseRec struct {
 // session's binding remembers the prompt size and whether the cache was lost (cached /
 // prompt <= cold_cache_ratio), which the spill guard uses.
 //
-// Cost: one compare-and-swap and two atomic adds, 0 allocs; with usage and load awareness
+// Cost: one compare-and-swap and one atomic add, 0 allocs; with usage and load awareness
 // on, one xxh3 hash of the session ID and one shard lock.
 func (l Lease) Done(info DoneInfo) {
 	r := l.rec
@@ -115,8 +115,7 @@ func (l Lease) Done(info DoneInfo) {
 	s, bl, cost, session, tier, hit := r.s, r.bl, r.cost, r.session, r.tier, r.hit
 	r.bl, r.session, r.tier = nil, "", ""
 	s.ld.leases.Put(r)
-	bl.requests.Add(-1)
-	bl.cost.Add(-cost)
+	bl.sub(cost)
 	if info.Err != nil || info.PromptTokens <= 0 {
 		return
 	}
@@ -198,8 +197,7 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 	if bl == nil {
 		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
-	bl.requests.Add(1)
-	bl.cost.Add(units)
+	bl.add(units)
 	r, ok := s.ld.leases.Get().(*leaseRec)
 	if !ok {
 		r = &leaseRec{s: s}
@@ -211,7 +209,8 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 // Acquire decides like SelectBackend and leases the request: the chosen backend's
 // outstanding load grows by one request and by cost until [Lease.Done]. cost is the
 // request's estimated prefill work in prompt tokens (body bytes / 4, or the previous
-// turn's usage); 0 counts as 1, negative is ErrInvalidCost.
+// turn's usage); 0 counts as 1, more than MaxLeaseCost as MaxLeaseCost, negative is
+// ErrInvalidCost.
 //
 // With load awareness off (Config.Load absent) the decision is exactly SelectBackend's.
 // With it on, a miss walks the session's HRW ranking over the eligible candidates and
@@ -220,7 +219,7 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 // allows it. The package documentation ("Load awareness") states the rules.
 //
 // Errors: those of SelectBackend, and ErrInvalidCost; nothing is stored, counted or
-// leased then. Safe for concurrent use. Cost: SelectBackend's plus two atomic adds and a
+// leased then. Safe for concurrent use. Cost: SelectBackend's plus one atomic add and a
 // pooled lease record (0 allocs in the steady state); with load awareness on, a hit on a
 // busy backend and every miss read the load of each candidate (O(len(candidates)) atomic
 // loads and lock-free map lookups; a sort only when the HRW winner is over the bound).
@@ -231,7 +230,7 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 	if err := s.validate(sessionID, tier, candidates); err != nil {
 		return Lease{}, err
 	}
-	units := max(cost, 1)
+	units := min(max(cost, 1), MaxLeaseCost)
 	t := s.t
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)

@@ -539,3 +539,13 @@ func TestLoadPlacementOrderIndependent(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseCostClamped(t *testing.T) {
+	s, _ := newSched(t, affinity.Config{})
+	bs := backendsN(2)
+	l, err := s.Acquire("s", "", bs, 1<<50)
+	require.NoError(t, err)
+	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: affinity.MaxLeaseCost}, s.Load(l.Backend.ID()))
+	l.Done(affinity.DoneInfo{})
+	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l.Backend.ID()))
+}

@@ -123,24 +123,44 @@ type BackendLoad struct {
 	KVCache float64 // KV-cache usage in [0, 1] (reported back in LoadStats; not used to decide)
 }
 
-// backendLoad is the outstanding load of one backend: leases not yet Done, their cost, and
-// the backend's last report. All fields are atomics; one per backend ID ever seen.
+// backendLoad is the outstanding load of one backend: leases not yet Done and their
+// cost, packed into one atomic word (one atomic add per Acquire and per Done), and the
+// backend's last report. One per backend ID ever seen.
 type backendLoad struct {
 	id       string
-	requests atomic.Int64 // in-flight leases
-	cost     atomic.Int64 // their cost, prompt tokens (>= 1 each)
+	acc      atomic.Int64 // in-flight leases << costBits | their cost (prompt tokens)
 	reported atomic.Int64 // Waiting + Running of the last ReportLoad
 	kvMilli  atomic.Int64 // KVCache x 1000 of the last ReportLoad
+}
+
+// The packing of backendLoad.acc: the low costBits bits hold the summed cost, the rest
+// the lease count. A lease's charge is at most MaxLeaseCost, so the sum cannot reach
+// 2^costBits below 65,536 leases at the maximum each.
+const (
+	costBits = 40
+	costMask = 1<<costBits - 1
+)
+
+// MaxLeaseCost is the largest cost a lease is charged, in prompt tokens (2^24, beyond any
+// context window); Acquire clamps larger costs to it.
+const MaxLeaseCost = 1 << 24
+
+func (b *backendLoad) add(charge int64) { b.acc.Add(1<<costBits + charge) }
+
+func (b *backendLoad) sub(charge int64) { b.acc.Add(-(1<<costBits + charge)) }
+
+// counts returns the in-flight leases and their cost.
+func (b *backendLoad) counts() (requests, cost int64) {
+	v := b.acc.Load()
+	return v >> costBits, v & costMask
 }
 
 // view returns the backend's load in prompt tokens as the placement rules see it: the cost
 // leased here plus queuedCost for each reported request beyond the ones leased here.
 func (b *backendLoad) view(queuedCost int64) int64 {
-	l := b.cost.Load()
-	if rep := b.reported.Load(); rep > 0 {
-		if extra := rep - b.requests.Load(); extra > 0 {
-			l += extra * queuedCost
-		}
+	n, l := b.counts()
+	if rep := b.reported.Load(); rep > n {
+		l += (rep - n) * queuedCost
 	}
 	return l
 }
@@ -315,8 +335,7 @@ type LoadSnapshot struct {
 func (s *Scheduler) Load(backendID string) LoadSnapshot {
 	var out LoadSnapshot
 	if b := s.ld.loads.lookup(backendID); b != nil {
-		out.Requests = b.requests.Load()
-		out.Cost = b.cost.Load()
+		out.Requests, out.Cost = b.counts()
 		out.Reported = b.reported.Load()
 		out.KVCache = float64(b.kvMilli.Load()) / 1000
 	}
