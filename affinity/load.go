@@ -35,7 +35,7 @@ type LoadConfig struct {
 	// request counted ("Consistent Hashing with Bounded Loads", Mirrokni, Thorup and
 	// Zadimoghaddam, SODA 2018; Envoy's and HAProxy's hash_balance_factor, there in
 	// percent). 0 (the default) turns load awareness off; otherwise it must be a finite
-	// number >= 1.0. 1.25 is a common choice.
+	// number >= 1.0. The project's replay recommends 1.25.
 	BalanceFactor float64 `yaml:"balance_factor,omitempty" json:"balance_factor,omitempty"`
 	// SpillCostWeight is w in the spill guard: a session whose bound backend is over the
 	// bound moves only when wait(bound) - wait(target) > w x reprefill(session), all in
