@@ -13,8 +13,9 @@ import (
 
 // Defaults of [LoadConfig] applied when a field is zero (or nil) and load awareness is on.
 const (
-	// DefaultSpillCostWeight is spill_cost_weight when the key is omitted (nil).
-	DefaultSpillCostWeight = 1.0
+	// DefaultSpillCostWeight is spill_cost_weight when the key is omitted (nil): the value
+	// that met the project's replay goal (README, "Load-aware affinity").
+	DefaultSpillCostWeight = 5.0
 	// DefaultQueuedRequestCost is queued_request_cost when 0: the prompt tokens charged for
 	// each request a backend reports (ReportLoad) beyond the ones leased here.
 	DefaultQueuedRequestCost = 1024
@@ -39,8 +40,8 @@ type LoadConfig struct {
 	BalanceFactor float64 `yaml:"balance_factor,omitempty" json:"balance_factor,omitempty"`
 	// SpillCostWeight is w in the spill guard: a session whose bound backend is over the
 	// bound moves only when wait(bound) - wait(target) > w x reprefill(session), all in
-	// prompt tokens. nil (omitted) means DefaultSpillCostWeight (1.0): move when the
-	// queue saved is larger than the prefix thrown away. Must be finite and >= 0.
+	// prompt tokens. nil (omitted) means DefaultSpillCostWeight (5): move when the queue
+	// saved is more than 5x the prefix thrown away. Must be finite and >= 0.
 	SpillCostWeight *float64 `yaml:"spill_cost_weight,omitempty" json:"spill_cost_weight,omitempty"`
 	// DisableSpill keeps every valid binding where it is (only new sessions are placed by
 	// bounded load).
