@@ -24,8 +24,9 @@ import (
 // estimate), and its lease is released (Lease.Done) when the response body has been
 // copied to the client and closed — the end of a JSON response or SSE stream, a client
 // cancel, a backend error — with the usage the backend reported: the "usage" object of a
-// JSON response, or of the last SSE chunk that carries one (vLLM sends it when the client
-// asks for stream_options.include_usage). A retry after a connection error releases the
+// JSON response (found in its last 4 KiB when the body streams through unread), or of the
+// last SSE chunk that carries one (vLLM sends it when the client asks for
+// stream_options.include_usage). A retry after a connection error releases the
 // failed attempt's lease (with the error) before acquiring the next. Requests without a
 // session ID are hashed without a binding and hold no lease.
 
@@ -122,14 +123,23 @@ type leaseBody struct {
 	mu   sync.Mutex
 	line []byte // partial SSE line
 	last []byte // last data line with "usage"
-	u    usage  // usage of a JSON body
+	u    usage  // usage of a JSON body the gateway read whole
+	json bool   // a JSON body streamed through: keep its tail
+	tail []byte // the last up to 2 x maxJSONTail bytes of it
 	err  error  // first read error other than EOF
 }
+
+// maxJSONTail is how much of the end of a streamed-through JSON body is kept to find its
+// "usage" object (OpenAI-compatible servers put it last; it is a few hundred bytes).
+const maxJSONTail = 4096
 
 func (b *leaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if b.sse && n > 0 {
 		b.scan(p[:n])
+	}
+	if b.json && n > 0 {
+		b.keepTail(p[:n])
 	}
 	if err != nil {
 		if err != io.EOF {
@@ -170,12 +180,49 @@ func (b *leaseBody) scan(p []byte) {
 	}
 }
 
+// keepTail appends p to the kept tail, dropping all but the last maxJSONTail bytes once
+// it holds twice that (amortized O(1) per byte, bounded memory).
+func (b *leaseBody) keepTail(p []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(p) >= maxJSONTail {
+		b.tail = append(b.tail[:0], p[len(p)-maxJSONTail:]...)
+		return
+	}
+	if len(b.tail)+len(p) > 2*maxJSONTail {
+		keep := b.tail[len(b.tail)-(maxJSONTail-len(p)):]
+		b.tail = append(b.tail[:0], keep...)
+	}
+	b.tail = append(b.tail, p...)
+}
+
+// usageInTail decodes the object after the last "usage" key in the tail of a JSON body.
+func usageInTail(tail []byte) usage {
+	i := bytes.LastIndex(tail, []byte(`"usage"`))
+	if i < 0 {
+		return usage{}
+	}
+	rest := bytes.TrimLeft(tail[i+len(`"usage"`):], " \t\r\n")
+	rest, ok := bytes.CutPrefix(rest, []byte(":"))
+	if !ok {
+		return usage{}
+	}
+	var u usage
+	if json.NewDecoder(bytes.NewReader(rest)).Decode(&u) != nil {
+		return usage{}
+	}
+	return u
+}
+
 func (b *leaseBody) finish() {
 	b.once.Do(func() {
 		b.mu.Lock()
 		u, err := b.u, b.err
 		if b.sse && len(b.last) > 0 {
 			u = usageOf(b.last)
+		}
+		if b.json && len(b.tail) > 0 {
+			u = usageInTail(b.tail)
 		}
 		b.mu.Unlock()
 		b.st.release(u, err)
@@ -199,6 +246,8 @@ func wrapLease(st *route, resp *http.Response, data []byte) {
 	b := &leaseBody{ReadCloser: resp.Body, st: st, sse: mt == "text/event-stream"}
 	if data != nil {
 		b.u = usageOf(data)
+	} else if mt == "application/json" {
+		b.json = true // streamed through (inject_metadata off, or too large): scan its tail
 	}
 	resp.Body = b
 }

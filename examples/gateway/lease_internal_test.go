@@ -65,3 +65,30 @@ func readSSE(t *testing.T, data []byte, chunk int) usage {
 	}
 	return usageOf(b.last)
 }
+
+// A JSON body that streams through unread (inject_metadata off, or too large to rewrite)
+// still reports its usage: the last "usage" object in its tail, whatever the read sizes.
+func TestJSONTailUsage(t *testing.T) {
+	long := bytes.Repeat([]byte("x"), 3*maxJSONTail)
+	body := []byte(`{"id":"c1","choices":[{"message":{"content":"the \"usage\": field is ` + string(long) +
+		`"}}],"usage":{"prompt_tokens":900,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":768}}}`)
+	for _, chunk := range []int{1, 7, 512, maxJSONTail, len(body)} {
+		b := &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader(body), chunk: chunk}, st: &route{}, json: true}
+		if _, err := io.Copy(io.Discard, b); err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		got := usageInTail(b.tail)
+		n := len(b.tail)
+		b.mu.Unlock()
+		if got.PromptTokens != 900 || got.PromptTokensDetails.CachedTokens != 768 || got.CompletionTokens != 5 {
+			t.Fatalf("chunk %d: usage %+v", chunk, got)
+		}
+		if n > 2*maxJSONTail {
+			t.Fatalf("chunk %d: kept %d bytes", chunk, n)
+		}
+	}
+	if u := usageInTail([]byte(`{"no":"usage here"}`)); u != (usage{}) {
+		t.Fatalf("no usage: got %+v", u)
+	}
+}
