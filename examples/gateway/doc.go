@@ -129,7 +129,10 @@
 // end of a JSON response or SSE stream, a client cancel, a backend error — with the usage
 // of the JSON body or of the last SSE chunk carrying one; a retry releases the failed
 // attempt first. With load_report_seconds > 0, [Gateway.Run] also reads each backend's
-// vLLM queue gauges ([Gateway.ReportLoads]). See lease.go.
+// vLLM queue gauges ([Gateway.ReportLoads]). A lease belongs to the Scheduler that made
+// it: after a reload that replaces the Scheduler (a changed affinity block), requests
+// already in flight release their load on the old one and the new one starts from its
+// own leases and the next load report. See lease.go.
 //
 // # Metrics
 //
