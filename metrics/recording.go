@@ -10,15 +10,16 @@ import (
 type Kind uint8
 
 const (
-	KindHit     Kind = iota + 1 // a Recorder.Hit call
-	KindMiss                    // a Recorder.Miss call
-	KindBroken                  // a Recorder.Broken call
-	KindEvicted                 // a Recorder.Evicted call
-	KindUsage                   // a UsageRecorder.Usage call
+	KindHit          Kind = iota + 1 // a Recorder.Hit call
+	KindMiss                         // a Recorder.Miss call
+	KindBroken                       // a Recorder.Broken call
+	KindEvicted                      // a Recorder.Evicted call
+	KindUsage                        // a UsageRecorder.Usage call
+	KindParentPlaced                 // a ParentRecorder.ParentPlaced call
 )
 
-// String returns "hit", "miss", "broken", "evicted" or "usage" ("Kind(n)" for an invalid
-// Kind).
+// String returns "hit", "miss", "broken", "evicted", "usage" or "parent_placed"
+// ("Kind(n)" for an invalid Kind).
 func (k Kind) String() string {
 	switch k {
 	case KindHit:
@@ -31,6 +32,8 @@ func (k Kind) String() string {
 		return "evicted"
 	case KindUsage:
 		return "usage"
+	case KindParentPlaced:
+		return "parent_placed"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -26,6 +26,9 @@ const (
 	// rate(cached_prompt_tokens) / rate(prompt_tokens).
 	MetricPromptTokens       = "agentserve_affinity_prompt_tokens_total"        // counter {tier}
 	MetricCachedPromptTokens = "agentserve_affinity_cached_prompt_tokens_total" // counter {tier}
+	// MetricParentPlaced counts first turns placed on the parent session's backend
+	// (metrics.ParentRecorder); they are also counted in MetricMisses.
+	MetricParentPlaced = "agentserve_affinity_parent_placed_total" // counter {tier}
 )
 
 // Label names and special tier label values.
@@ -114,6 +117,7 @@ func WithMaxTiers(n int) Option {
 type Recorder struct {
 	hits, misses, broken, evictions *prometheus.CounterVec
 	prompt, cached                  *prometheus.CounterVec
+	parent                          *prometheus.CounterVec
 	bindingsFn                      atomic.Pointer[func() int]
 
 	// tiers maps a tier string to its resolved counters: an immutable map replaced
@@ -131,15 +135,18 @@ type Recorder struct {
 type tierCounters struct {
 	hits, misses, evictions prometheus.Counter
 	prompt, cached          prometheus.Counter
+	parent                  prometheus.Counter
 	broken                  [metrics.NumReasons + 1]prometheus.Counter // index = Reason; [0] unused
 }
 
 var (
-	_ metrics.Recorder      = (*Recorder)(nil)
-	_ metrics.UsageRecorder = (*Recorder)(nil)
+	_ metrics.Recorder       = (*Recorder)(nil)
+	_ metrics.UsageRecorder  = (*Recorder)(nil)
+	_ metrics.ParentRecorder = (*Recorder)(nil)
 )
 
-// New creates a Recorder and registers its seven series on reg:
+// New creates a Recorder and registers its eight series on reg (those below and
+// agentserve_affinity_parent_placed_total{tier}):
 // agentserve_affinity_hits_total{tier}, agentserve_affinity_misses_total{tier},
 // agentserve_affinity_broken_total{tier,reason}, agentserve_affinity_evictions_total{tier},
 // agentserve_affinity_prompt_tokens_total{tier},
@@ -187,6 +194,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		cached: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCachedPromptTokens,
 			Help: "Prompt tokens of affinity hits served from the backend's prefix cache (usage.prompt_tokens_details.cached_tokens), by tier."},
 			[]string{LabelTier}),
+		parent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricParentPlaced,
+			Help: "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier."},
+			[]string{LabelTier}),
 		max: cfg.maxTiers,
 	}
 	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,
@@ -197,7 +207,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		name string
 		c    prometheus.Collector
 	}{{MetricHits, r.hits}, {MetricMisses, r.misses}, {MetricBroken, r.broken}, {MetricEvictions, r.evictions},
-		{MetricPromptTokens, r.prompt}, {MetricCachedPromptTokens, r.cached}, {MetricBindings, bindings}} {
+		{MetricPromptTokens, r.prompt}, {MetricCachedPromptTokens, r.cached}, {MetricParentPlaced, r.parent}, {MetricBindings, bindings}} {
 		if err := reg.Register(c.c); err != nil {
 			for _, done := range registered {
 				reg.Unregister(done)
@@ -233,6 +243,7 @@ func (r *Recorder) newTierCounters(label string) *tierCounters {
 		evictions: r.evictions.WithLabelValues(label),
 		prompt:    r.prompt.WithLabelValues(label),
 		cached:    r.cached.WithLabelValues(label),
+		parent:    r.parent.WithLabelValues(label),
 	}
 	for reason := metrics.ReasonDown; reason <= metrics.ReasonOverloaded; reason++ {
 		tc.broken[reason] = r.broken.WithLabelValues(label, reason.String())
@@ -301,6 +312,10 @@ func (r *Recorder) Miss(tier string) { r.resolve(tier).misses.Inc() }
 // Evicted counts one binding evicted at the capacity limit for tier. 0 allocs for a
 // known tier.
 func (r *Recorder) Evicted(tier string) { r.resolve(tier).evictions.Inc() }
+
+// ParentPlaced counts one first turn placed on its parent session's backend for tier
+// (also counted by Miss); it implements [metrics.ParentRecorder]. 0 allocs for a known tier.
+func (r *Recorder) ParentPlaced(tier string) { r.resolve(tier).parent.Inc() }
 
 // Broken counts one broken binding for tier and reason. An invalid reason (not one of
 // metrics.ReasonDown, ReasonUnhealthy, ReasonNotCandidate, ReasonOverloaded) is a caller

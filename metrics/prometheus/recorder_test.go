@@ -113,7 +113,7 @@ func TestCollectAndCompareFreshRecorder(t *testing.T) {
 	_ = rec
 	// Before any event: only the "other" children exist, bindings reads 0.
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(help+"agentserve_affinity_bindings 0\n"), promaffinity.MetricBindings))
-	assert.Equal(t, 1+1+4+1+2+1, testutil.CollectAndCount(reg), "other x (hits, misses, 4 broken, evictions, 2 usage) + bindings")
+	assert.Equal(t, 1+1+4+1+2+1+1, testutil.CollectAndCount(reg), "other x (hits, misses, 4 broken, evictions, 2 usage, parent_placed) + bindings")
 }
 
 func TestLint(t *testing.T) {
@@ -123,6 +123,7 @@ func TestLint(t *testing.T) {
 		rec.Hit(tier)
 		rec.Miss(tier)
 		rec.Evicted(tier)
+		rec.ParentPlaced(tier)
 		for r := metrics.ReasonDown; r <= metrics.ReasonOverloaded; r++ {
 			rec.Broken(tier, r)
 		}
@@ -342,10 +343,24 @@ func TestKnownTierDoesNotAllocate(t *testing.T) {
 		"Miss":          func() { rec.Miss(tier) },
 		"Broken":        func() { rec.Broken(tier, metrics.ReasonUnhealthy) },
 		"Evicted":       func() { rec.Evicted(tier) },
+		"ParentPlaced":  func() { rec.ParentPlaced(tier) },
 		"folded tier":   func() { rec.Hit("unknown-tier") },
 		"default label": func() { rec.Hit("") },
 	} {
 		fn()
 		assert.Zero(t, testing.AllocsPerRun(100, fn), name)
 	}
+}
+
+func TestParentPlaced(t *testing.T) {
+	rec, reg := newRecorder(t, promaffinity.WithTiers("gold"))
+	rec.ParentPlaced("gold")
+	rec.ParentPlaced("gold")
+	rec.ParentPlaced("lead") // folded
+	want := `# HELP agentserve_affinity_parent_placed_total First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier.
+# TYPE agentserve_affinity_parent_placed_total counter
+agentserve_affinity_parent_placed_total{tier="gold"} 2
+agentserve_affinity_parent_placed_total{tier="other"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), promaffinity.MetricParentPlaced))
 }

@@ -1,0 +1,340 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Instrument names (OpenTelemetry semantic-convention style: dot-separated, no _total
+// suffix, the unit in the instrument's unit field). An OTel-to-Prometheus exporter turns
+// agentserve.affinity.hits with unit "{request}" into agentserve_affinity_hits_total.
+const (
+	MetricHits         = "agentserve.affinity.hits"          // Int64Counter {tier}
+	MetricMisses       = "agentserve.affinity.misses"        // Int64Counter {tier}
+	MetricBroken       = "agentserve.affinity.broken"        // Int64Counter {tier, reason}
+	MetricEvictions    = "agentserve.affinity.evictions"     // Int64Counter {tier}
+	MetricParentPlaced = "agentserve.affinity.parent_placed" // Int64Counter {tier}
+	MetricBindings     = "agentserve.affinity.bindings"      // Int64ObservableGauge, no attributes
+)
+
+// ScopeName is the instrumentation scope (meter name) the instruments are created under.
+const ScopeName = "github.com/agentserve/sessionaffinity/metrics/otel"
+
+// Attribute keys and special tier values, identical to the Prometheus adapter's labels.
+const (
+	// AttrTier is the tier attribute of every counter.
+	AttrTier = "tier"
+	// AttrReason is the reason attribute of MetricBroken: "down", "unhealthy" or
+	// "not_candidate" (metrics.Reason.String).
+	AttrReason = "reason"
+	// TierDefault is the attribute value of the empty tier "".
+	TierDefault = "default"
+	// TierOther is the value every folded tier is counted under: tiers outside the
+	// allow-list, beyond the first MaxTiers distinct ones, not valid UTF-8 or longer
+	// than MaxTierAttrBytes.
+	TierOther = "other"
+	// DefaultMaxTiers is the number of distinct tier values kept without an allow-list.
+	DefaultMaxTiers = 32
+	// MaxTierAttrBytes is the longest tier kept as an attribute value.
+	MaxTierAttrBytes = 128
+)
+
+// Errors returned by [New].
+var (
+	// ErrNilMeterProvider: New was given a nil metric.MeterProvider. The adapter never
+	// falls back to the global provider (otel.GetMeterProvider).
+	ErrNilMeterProvider = errors.New("otelaffinity: nil metric.MeterProvider")
+	// ErrInvalidOption: an option was given an invalid value (wrapped with the value).
+	ErrInvalidOption = errors.New("otelaffinity: invalid option")
+)
+
+// Option configures [New].
+type Option interface{ apply(*config) error }
+
+type config struct {
+	allow    []string
+	hasAllow bool
+	maxTiers int
+}
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+// WithTiers sets an allow-list of tiers kept as attribute values; every other tier is
+// counted under "other". The empty tier is always kept, as "default". Tiers that are not
+// valid UTF-8 or longer than [MaxTierAttrBytes] make New fail with [ErrInvalidOption].
+// With an allow-list, WithMaxTiers is ignored.
+func WithTiers(allow ...string) Option {
+	list := append([]string(nil), allow...)
+	return optionFunc(func(c *config) error {
+		for _, t := range list {
+			if !validTier(t) {
+				return fmt.Errorf("%w: WithTiers(%q): not valid UTF-8 or longer than %d bytes", ErrInvalidOption, t, MaxTierAttrBytes)
+			}
+		}
+		c.allow = list
+		c.hasAllow = true
+		return nil
+	})
+}
+
+// WithMaxTiers bounds the tier attribute without an allow-list: the first n distinct
+// tiers seen (the empty tier, as "default", counts as one) keep their own value; later
+// ones are counted under "other" (the empty tier always gets "default"). Default
+// [DefaultMaxTiers] (32). n < 1 makes New fail with [ErrInvalidOption].
+func WithMaxTiers(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithMaxTiers(%d): want >= 1", ErrInvalidOption, n)
+		}
+		c.maxTiers = n
+		return nil
+	})
+}
+
+// Recorder is a [metrics.Recorder] that records the Scheduler's events on OpenTelemetry
+// instruments created from a caller-given metric.MeterProvider. Create it with [New];
+// call [Recorder.Close] to unregister the bindings gauge's callback.
+//
+// All methods are safe for concurrent use and never block on I/O (the SDK aggregates in
+// memory; exporters run on their own schedule). For a tier already seen, an event costs
+// one lock-free map lookup plus the SDK's Add with a pre-built attribute set; a tier's
+// first event takes a mutex once.
+type Recorder struct {
+	hits, misses, broken, evictions, parent metric.Int64Counter
+	bindingsFn                              atomic.Pointer[func() int]
+	reg                                     metric.Registration
+
+	tiers atomic.Pointer[map[string]*tierAttrs]
+	full  atomic.Bool
+	mu    sync.Mutex
+	kept  int // distinct tier values created without an allow-list (under mu)
+	max   int
+	other *tierAttrs
+}
+
+// tierAttrs are the pre-built measurement options of one tier value.
+// They are kept as ready []metric.AddOption slices so Add's variadic argument needs no
+// allocation per event.
+type tierAttrs struct {
+	tier   []metric.AddOption
+	broken [metrics.NumReasons + 1][]metric.AddOption // index = Reason; [0] unused
+}
+
+var _ metrics.Recorder = (*Recorder)(nil)
+
+// New creates the instruments agentserve.affinity.hits, .misses, .broken, .evictions,
+// .parent_placed (Int64Counters) and .bindings (Int64ObservableGauge reading the func
+// given to [Recorder.ObserveBindings] at collection time) on mp.Meter([ScopeName]).
+//
+// mp must be non-nil ([ErrNilMeterProvider]); New never reads the global provider.
+// Instrument creation errors from the provider are returned wrapped. Invalid options
+// return [ErrInvalidOption]; nil options are ignored. Call it once per provider.
+func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
+	if mp == nil {
+		return nil, ErrNilMeterProvider
+	}
+	cfg := config{maxTiers: DefaultMaxTiers}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	m := mp.Meter(ScopeName)
+	r := &Recorder{max: cfg.maxTiers}
+	var err error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			err = fmt.Errorf("otelaffinity: creating %s: %w", name, err)
+		}
+		return c
+	}
+	r.hits = counter(MetricHits, "{request}", "Requests served by the backend of the session's still-valid binding (affinity hits), by tier.")
+	r.misses = counter(MetricMisses, "{request}", "Requests placed by rendezvous hashing (new session, expired or broken binding, or affinity disabled), by tier.")
+	r.broken = counter(MetricBroken, "{binding}", "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate).")
+	r.evictions = counter(MetricEvictions, "{binding}", "Bindings evicted at the capacity limit (least recently used), by tier.")
+	r.parent = counter(MetricParentPlaced, "{request}", "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier.")
+	if err != nil {
+		return nil, err
+	}
+	gauge, err := m.Int64ObservableGauge(MetricBindings, metric.WithUnit("{binding}"),
+		metric.WithDescription("Stored session-to-backend bindings (expired ones not yet reclaimed included), read at collection time."))
+	if err != nil {
+		return nil, fmt.Errorf("otelaffinity: creating %s: %w", MetricBindings, err)
+	}
+	r.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(gauge, r.readBindings())
+		return nil
+	}, gauge)
+	if err != nil {
+		return nil, fmt.Errorf("otelaffinity: registering %s callback: %w", MetricBindings, err)
+	}
+
+	r.other = newTierAttrs(TierOther)
+	tiers := map[string]*tierAttrs{TierOther: r.other}
+	if cfg.hasAllow {
+		for _, t := range cfg.allow {
+			label := t
+			if t == "" {
+				label = TierDefault
+			}
+			if _, ok := tiers[t]; !ok {
+				tiers[t] = newTierAttrs(label)
+			}
+		}
+		r.full.Store(true)
+	}
+	r.tiers.Store(&tiers)
+	return r, nil
+}
+
+func newTierAttrs(value string) *tierAttrs {
+	ta := &tierAttrs{tier: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrTier, value)))}}
+	for reason := metrics.ReasonDown; reason <= metrics.NumReasons; reason++ {
+		ta.broken[reason] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String(AttrTier, value), attribute.String(AttrReason, reason.String())))}
+	}
+	return ta
+}
+
+func validTier(t string) bool { return len(t) <= MaxTierAttrBytes && utf8.ValidString(t) }
+
+// resolve returns the attributes of tier: lock-free for a tier already in the map and
+// for folded tiers once the value set is full.
+func (r *Recorder) resolve(tier string) *tierAttrs {
+	if ta, ok := (*r.tiers.Load())[tier]; ok {
+		return ta
+	}
+	if tier != "" && r.full.Load() {
+		return r.other
+	}
+	if !validTier(tier) {
+		return r.other
+	}
+	return r.add(tier)
+}
+
+func (r *Recorder) add(tier string) *tierAttrs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.tiers.Load()
+	if ta, ok := old[tier]; ok {
+		return ta
+	}
+	value := tier
+	switch {
+	case tier == "":
+		value = TierDefault
+		if !r.full.Load() {
+			r.kept++
+		}
+	case r.full.Load():
+		return r.other
+	default:
+		r.kept++
+	}
+	if r.kept >= r.max {
+		r.full.Store(true)
+	}
+	ta := newTierAttrs(value)
+	m := make(map[string]*tierAttrs, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[strings.Clone(tier)] = ta
+	r.tiers.Store(&m)
+	return ta
+}
+
+// Hit counts one affinity hit for tier.
+func (r *Recorder) Hit(tier string) { r.hits.Add(context.Background(), 1, r.resolve(tier).tier...) }
+
+// Miss counts one affinity miss for tier.
+func (r *Recorder) Miss(tier string) { r.misses.Add(context.Background(), 1, r.resolve(tier).tier...) }
+
+// Evicted counts one binding evicted at the capacity limit for tier.
+func (r *Recorder) Evicted(tier string) {
+	r.evictions.Add(context.Background(), 1, r.resolve(tier).tier...)
+}
+
+// ParentPlaced counts one first turn placed on its parent session's backend for tier
+// (the Scheduler also counts it as a Miss). It implements [metrics.ParentRecorder].
+func (r *Recorder) ParentPlaced(tier string) {
+	r.parent.Add(context.Background(), 1, r.resolve(tier).tier...)
+}
+
+// Broken counts one broken binding for tier and reason. An invalid reason is a caller
+// bug and is dropped, so the reason attribute keeps exactly its three values.
+func (r *Recorder) Broken(tier string, reason metrics.Reason) {
+	if !reason.Valid() {
+		return
+	}
+	r.broken.Add(context.Background(), 1, r.resolve(tier).broken[reason]...)
+}
+
+// ObserveBindings makes agentserve.affinity.bindings report fn() at every collection
+// (e.g. sched.Len). Before it is called, or after ObserveBindings(nil), the gauge reports
+// 0. fn runs on the collecting goroutine: it must be safe for concurrent use and fast.
+// Safe to call at any time; one atomic store.
+func (r *Recorder) ObserveBindings(fn func() int) {
+	if fn == nil {
+		r.bindingsFn.Store(nil)
+		return
+	}
+	r.bindingsFn.Store(&fn)
+}
+
+func (r *Recorder) readBindings() int64 {
+	if fn := r.bindingsFn.Load(); fn != nil {
+		return int64((*fn)())
+	}
+	return 0
+}
+
+// Close unregisters the bindings gauge's callback, so the provider no longer calls the
+// ObserveBindings func. Counters keep working. Idempotent; safe for concurrent use.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reg == nil {
+		return nil
+	}
+	err := r.reg.Unregister()
+	r.reg = nil
+	return err
+}
+
+// Tier returns the tier attribute value events for tier are (or would now be) counted
+// under: "default" for "", the tier itself if kept, otherwise "other". It does not create
+// a value. Safe for concurrent use; lock-free, 0 allocs.
+func (r *Recorder) Tier(tier string) string {
+	if tier == "" {
+		return TierDefault
+	}
+	if _, ok := (*r.tiers.Load())[tier]; ok {
+		return tier
+	}
+	if r.full.Load() || !validTier(tier) {
+		return TierOther
+	}
+	return tier
+}
