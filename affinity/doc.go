@@ -115,6 +115,14 @@
 //     after OnBackendDown, and allocation-free. Usage it reports (prompt and cached
 //     prompt tokens) on an affinity hit feeds the tier's achieved reuse
 //     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).
+//  20. Parent placement: [Scheduler.SelectBackendWithParent] takes a parent
+//     session ID as a hint. It changes only rule 3, and only for a turn without a valid
+//     binding of its own: if the parent has a valid binding in the same tier whose
+//     backend is a candidate and eligible (as in rule 3), that backend is bound instead of
+//     the HRW winner, returned with [PlacedParent], counted as a miss and as
+//     Stats.ParentPlaced (metrics.ParentRecorder). Otherwise the call is SelectBackend.
+//     The parent's binding is only read (its TTL does not slide); the child's binding is
+//     its own from then on (a broken child binding is rebound by HRW, not by the hint).
 //
 // Choosing values: balance_factor is HAProxy's hash-balance-factor and Envoy's
 // hash_balance_factor divided by 100 (they take percent); lower values balance harder and
@@ -175,6 +183,10 @@
 //     OnBackendDown does not reset a backend's load: its open leases release it on Done.
 //   - A failed request's usage (DoneInfo.Err != nil) is ignored; its load is released.
 //   - Per-tier reuse keeps the first 64 tiers apart and folds the rest into "other".
+//   - A parent session ID that is empty, equal to the session ID or too long is ignored
+//     rather than an error: it comes from a client header, and a bad hint must not fail
+//     a request that SelectBackend would serve. Determinism (rule 8) holds given the
+//     parent's binding, which every replica sees only if the bindings are shared.
 //
 // # Time
 //

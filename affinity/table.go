@@ -56,6 +56,7 @@ type backendSlot struct {
 // counters are plain integers guarded by the shard lock; Stats sums them.
 type counters struct {
 	hits, misses, evictions, expired uint64
+	parentPlaced                     uint64 // misses placed on the parent's backend
 	broken                           [metrics.NumReasons + 1]uint64
 }
 
@@ -618,6 +619,7 @@ func (t *Table) Stats() Stats {
 		st.Misses += c.misses
 		st.Evictions += c.evictions
 		st.Expired += c.expired
+		st.ParentPlaced += c.parentPlaced
 		st.Broken.Down += c.broken[metrics.ReasonDown]
 		st.Broken.Unhealthy += c.broken[metrics.ReasonUnhealthy]
 		st.Broken.NotCandidate += c.broken[metrics.ReasonNotCandidate]
@@ -638,6 +640,9 @@ type Stats struct {
 	// DeleteBackend. (Table.Bind and Table.Delete remove expired bindings uncounted.)
 	Expired  uint64
 	Bindings int // stored bindings, expired-but-not-reclaimed included
+	// ParentPlaced counts the misses (included in Misses) that
+	// Scheduler.SelectBackendWithParent placed on the parent session's backend.
+	ParentPlaced uint64
 }
 
 // BrokenStats counts broken bindings by reason (see metrics.Reason).
