@@ -46,6 +46,8 @@ var (
 	ErrLimitsConfig     = errors.New("gateway: bad limits config")                            // a limits.* value out of range
 	// ErrLoadReportInterval: load_report_seconds is negative, NaN or Inf.
 	ErrLoadReportInterval = errors.New("gateway: bad load_report_seconds")
+	ErrMetricsExporter    = errors.New("gateway: bad metrics.exporter") // not "prometheus" or "otel"
+	ErrTenantConfig       = errors.New("gateway: bad tenant config")    // e.g. cache_salt without a tenant source
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -76,7 +78,9 @@ const (
 //   - Session-Id: sent by the OpenAI Codex CLI (one UUID per conversation).
 //   - Session_id: the older underscore form of the Codex header (note that some proxies,
 //     nginx by default, drop headers with underscores).
-//   - X-Opencode-Session: sent by OpenCode clients (one stable ID per conversation).
+//   - X-Opencode-Session: sent by older OpenCode clients (one stable ID per conversation).
+//   - X-Session-Affinity: sent by current OpenCode clients for routing affinity (their
+//     session ID). Last, so the established headers keep their precedence.
 //
 // A new slice is returned on every call.
 func DefaultSessionHeaders() []string {
@@ -86,8 +90,14 @@ func DefaultSessionHeaders() []string {
 		"Session-Id",
 		"Session_id",
 		"X-Opencode-Session",
+		"X-Session-Affinity",
 	}
 }
+
+// DefaultParentSessionHeaders returns the headers checked, in this order, for the parent
+// session of a subagent when `parent_session_headers` is omitted: X-Parent-Session-ID
+// (sent by OpenCode for subagent sessions). A new slice is returned on every call.
+func DefaultParentSessionHeaders() []string { return []string{"X-Parent-Session-ID"} }
 
 // Config is the gateway configuration, plain data decoded from YAML
 // (configs/gateway.yaml). Zero values mean "use the default" where a default exists;
@@ -104,6 +114,11 @@ type Config struct {
 	// SessionHeaders are checked in order; the first present, non-empty one carries the
 	// session ID. Nil means [DefaultSessionHeaders].
 	SessionHeaders []string `yaml:"session_headers"`
+	// ParentSessionHeaders are checked in order for a parent session ID; the first
+	// present, non-empty one is the placement hint of a session's first turn
+	// (affinity.Scheduler.SelectBackendWithParent). Nil means
+	// [DefaultParentSessionHeaders]; an empty list turns parent placement off.
+	ParentSessionHeaders []string `yaml:"parent_session_headers"`
 	// TierHeader names the request header that selects a tier. Default X-Agent-Serve-Tier.
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
@@ -154,6 +169,11 @@ type Config struct {
 	// and reports it to the scheduler (affinity.Scheduler.ReportLoad), in seconds. 0 (the
 	// default) turns it off; negative, NaN or Inf is [ErrLoadReportInterval]. Reloadable.
 	LoadReportSeconds float64 `yaml:"load_report_seconds"`
+	// Metrics selects the metrics exporter behind /metrics (see [MetricsConfig]).
+	Metrics MetricsConfig `yaml:"metrics"`
+	// Tenant scopes bindings (and optionally the backends' prefix caches) by tenant (see
+	// [TenantConfig]). Off by default.
+	Tenant TenantConfig `yaml:"tenant"`
 }
 
 // BackendConfig is one inference server.
@@ -241,6 +261,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SessionHeaders == nil {
 		c.SessionHeaders = DefaultSessionHeaders()
+	}
+	if c.ParentSessionHeaders == nil {
+		c.ParentSessionHeaders = DefaultParentSessionHeaders()
+	}
+	if (c.Tenant.APIKey || c.Tenant.Header != "") && c.Tenant.SecretEnv == "" {
+		c.Tenant.SecretEnv = DefaultTenantSecretEnv
 	}
 	if c.TierHeader == "" {
 		c.TierHeader = DefaultTierHeader
@@ -393,6 +419,20 @@ func (c Config) Validate() error {
 	}
 	if v := c.LoadReportSeconds; !(v >= 0) || math.IsInf(v, 0) {
 		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: must be >= 0", v)
+	}
+	for i, h := range c.ParentSessionHeaders {
+		if !validHeaderName(h) {
+			return invalid(ErrHeaderName, "parent_session_headers[%d]: %q", i, h)
+		}
+	}
+	if h := c.Tenant.Header; h != "" && !validHeaderName(h) {
+		return invalid(ErrHeaderName, "tenant.header: %q", h)
+	}
+	if c.Tenant.CacheSalt && !c.Tenant.APIKey && c.Tenant.Header == "" {
+		return invalid(ErrTenantConfig, "tenant.cache_salt: true needs a tenant source (tenant.api_key or tenant.header)")
+	}
+	if e := c.Metrics.Exporter; e != "" && e != ExporterPrometheus && e != ExporterOTel {
+		return invalid(ErrMetricsExporter, "metrics.exporter: %q: want %q or %q", e, ExporterPrometheus, ExporterOTel)
 	}
 	if err := c.OutlierDetection.validate(); err != nil {
 		return err

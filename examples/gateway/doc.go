@@ -17,14 +17,21 @@
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
 //     non-multipart Content-Type; its "model" is read. Other bodies pass unparsed.
 //  3. The session ID is the value of the first header of session_headers present on
-//     the request (see [DefaultSessionHeaders]; the order is the check order).
+//     the request (see [DefaultSessionHeaders]; the order is the check order). The parent
+//     session ID is the first of parent_session_headers ([DefaultParentSessionHeaders]:
+//     X-Parent-Session-ID) present. With tenant scoping ([TenantConfig]) and a tenant
+//     identity on the request, both are prefixed with a keyed hash of the tenant
+//     ([TenantTagBytes] bytes, counted in affinity.max_session_id_bytes), and with
+//     tenant.cache_salt the JSON body of .../chat/completions and .../completions gets
+//     vLLM's "cache_salt" for the tenant.
 //  4. The tier is the tier_header value (it must name a tier the config knows:
 //     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400),
 //     else model_tiers[model], else "" (the default tier).
 //  5. The candidates are the backends of that tier; a tier without dedicated backends
 //     (for example "" when every backend has a tier, or a tier that only sets a TTL)
 //     uses all backends.
-//  6. With a session ID: [affinity.Scheduler.SelectBackend]. Without one: JSON 400 when
+//  6. With a session ID: [affinity.Scheduler.SelectBackendWithParent] (SelectBackend
+//     when there is no parent header). Without one: JSON 400 when
 //     require_session is set and the request is a generation call (POST to a path ending
 //     in /chat/completions, /completions, /responses or /messages); otherwise the request is routed like "affinity off" —
 //     rendezvous hashing over the X-Request-Id header (or a random key) among the
@@ -77,6 +84,10 @@
 // a damaged file is logged and ignored (the gateway starts empty rather than not at all).
 // The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see
 // affinity.Table.Snapshot). With a shared binding store no snapshot is needed.
+//
+// [Gateway.Decide] makes the same decision (steps 2-7) without proxying, for
+// integrations that forward requests themselves, such as the Envoy ext_proc endpoint
+// picker in examples/extproc.
 //
 // # Health
 //
@@ -142,6 +153,10 @@
 // only), the per-backend outstanding load ([MetricOutstandingRequests],
 // [MetricOutstandingCost], same label), [MetricRequests] by code_class and source, and
 // the Go and process collectors.
+// With `metrics: {exporter: otel}` the affinity counters are recorded by the
+// metrics/otel adapter on an OpenTelemetry SDK MeterProvider whose only reader is the
+// OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):
+// same series names plus the otel_scope_* labels and target_info.
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
 // backend's state. Every state change the gateway causes is logged ("backend state

@@ -17,7 +17,7 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
-	promaffinity "github.com/agentserve/sessionaffinity/metrics/prometheus"
+	"github.com/agentserve/sessionaffinity/metrics"
 )
 
 // Response headers set on every proxied response (and on gateway errors once a
@@ -55,7 +55,7 @@ type Gateway struct {
 	rt        atomic.Pointer[routing] // config, backends, tiers, Scheduler, prober: see reload.go
 	opts      options
 	log       *slog.Logger
-	rec       *promaffinity.Recorder
+	rec       metrics.Recorder // the metrics.exporter adapter (Prometheus or OTel)
 	reg       *prometheus.Registry
 	metrics   http.Handler
 	proxy     *httputil.ReverseProxy
@@ -117,14 +117,18 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.reg = prometheus.NewRegistry()
 		g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	g.rec, err = promaffinity.New(g.reg)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: prometheus recorder: %w", err)
+	var observeBindings func(func() int)
+	if g.rec, observeBindings, err = newRecorder(cfg.Metrics.Exporter, g.reg); err != nil {
+		return nil, err
 	}
 	if rt.sched, err = g.newScheduler(cfg.Affinity); err != nil {
 		return nil, err
 	}
-	g.rec.ObserveBindings(func() int { return g.state().sched.Len() })
+	observeBindings(func() int { return g.state().sched.Len() })
+	if rt.tenants != nil && rt.tenants.secret == nil {
+		g.log.Warn("tenant scoping without a secret: tenant hashes are unkeyed SHA-256; set the variable to a random per-deployment value",
+			"secret_env", cfg.Tenant.SecretEnv)
+	}
 	g.now = o.now
 	if g.now == nil {
 		g.now = time.Now

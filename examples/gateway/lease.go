@@ -61,7 +61,7 @@ func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
 // acquire places st through the lease of its routing snapshot's scheduler, first
 // releasing the lease of a previous attempt (a retry after a connection error). A lease
 // belongs to the scheduler that made it: after a reload its Done still releases there.
-func (st *route) acquire() (*backend, bool, error) {
+func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 	rt := st.rt
 	st.mu.Lock()
 	prev := st.lease
@@ -69,7 +69,7 @@ func (st *route) acquire() (*backend, bool, error) {
 	st.mu.Unlock()
 	prev.Done(affinity.DoneInfo{Err: errRetried})
 
-	l, err := rt.sched.Acquire(st.session, st.tier, rt.byTier[st.tier], st.cost)
+	l, _, err := rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost)
 	if err != nil {
 		return nil, false, err
 	}

@@ -54,8 +54,9 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //   - a change of `listen`, or of a setting the listener, the http.Server or the backend
 //     transport were built with (timeouts.dial_seconds, backend_idle_conn_seconds,
 //     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
-//     max_connections), is rejected with [ErrReloadNeedsRestart]; the other timeouts,
-//     limits and outlier_detection change in place.
+//     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart];
+//     the other timeouts, limits, outlier_detection, tenant and parent-session settings
+//     change in place.
 //
 // A config that fails validation is rejected (the error wraps [ErrInvalidConfig] and a
 // specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
@@ -71,6 +72,9 @@ func (g *Gateway) Reload(cfg Config) error {
 	old := g.state()
 	if cfg.Listen != old.cfg.Listen {
 		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
+	}
+	if cfg.Metrics != old.cfg.Metrics {
+		return fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart, old.cfg.Metrics.Exporter, cfg.Metrics.Exporter)
 	}
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return err

@@ -54,13 +54,22 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 		return
 	}
-	session := rt.sessionID(r)
+	session, parent := rt.sessionID(r), rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	st.session, st.tier, st.body, st.cost = session, tier, body, leaseCost(body)
+	if tenant := rt.tenantOf(r); tenant != "" {
+		// Scope the binding by tenant: another tenant sending the same session (or
+		// parent) ID gets its own binding. Only the keyed hash reaches the Scheduler.
+		session, parent = rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent)
+		if body, err = rt.saltBody(r, body, tenant); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+			return
+		}
+	}
+	st.session, st.parent, st.tier, st.body, st.cost = session, parent, tier, body, leaseCost(body)
 	if session == "" {
 		if rt.cfg.RequireSession && needsSession(r) {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
@@ -134,10 +143,12 @@ func (st *route) releaseBody() {
 type route struct {
 	rt      *routing // the routing snapshot this request uses throughout
 	session string
+	parent  string // parent session ID (placement hint of a first turn), "" if none
 	tier    string
 	key     string // HRW key for requests without a session
 	in      *http.Request
-	body    []byte // the request body, read in full
+	allow   func(id string) bool // nil: every backend of the tier is a candidate (see Decide)
+	body    []byte               // the request body, read in full
 	// bodyReader reads body for the first attempt (see Gateway.rewrite).
 	bodyReader bytes.Reader
 
@@ -169,10 +180,15 @@ func routeFrom(ctx context.Context) *route {
 // otherwise.
 func (st *route) choose() (*backend, bool, error) {
 	rt := st.rt
-	if st.session != "" {
-		return st.acquire()
+	cands, nodes := rt.byTier[st.tier], rt.tierNodes[st.tier]
+	if st.allow != nil {
+		if cands, nodes = rt.subset(st.tier, st.allow); len(cands) == 0 {
+			return nil, false, fmt.Errorf("%w: tier %q: no backend in the allowed subset", affinity.ErrNoCandidates, st.tier)
+		}
 	}
-	nodes := rt.tierNodes[st.tier]
+	if st.session != "" {
+		return st.acquire(cands)
+	}
 	hs := rt.sched.Health()
 	var best hrw.Best
 	for _, want := range []health.State{health.Healthy, health.Draining} {
@@ -191,6 +207,16 @@ func (st *route) choose() (*backend, bool, error) {
 
 func (rt *routing) sessionID(r *http.Request) string {
 	for _, h := range rt.cfg.SessionHeaders {
+		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// parentSessionID returns the first non-empty parent_session_headers value ("" if none).
+func (rt *routing) parentSessionID(r *http.Request) string {
+	for _, h := range rt.cfg.ParentSessionHeaders {
 		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
 			return v
 		}

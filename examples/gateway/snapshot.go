@@ -24,6 +24,7 @@ type routing struct {
 	byTier     map[string][]affinity.Backend
 	tierNodes  map[string][]*backend
 	knownTiers map[string]bool
+	tenants    *tenants // nil: no tenant scoping
 }
 
 // newRouting builds the backend and tier tables of cfg (validated, defaults applied);
@@ -35,6 +36,7 @@ func newRouting(cfg Config) (*routing, error) {
 		byTier:     make(map[string][]affinity.Backend),
 		tierNodes:  make(map[string][]*backend),
 		knownTiers: map[string]bool{"": true},
+		tenants:    newTenants(cfg.Tenant),
 	}
 	for _, bc := range cfg.Backends {
 		u, _ := url.Parse(bc.URL) // validated

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// Decision is the routing decision [Gateway.Decide] makes for one request, for
+// integrations that forward requests themselves (such as an Envoy ext_proc endpoint
+// picker).
+type Decision struct {
+	BackendID   string   // the chosen backend's id
+	URL         *url.URL // its base URL (shared: do not modify)
+	AffinityHit bool     // true when the session's binding was reused
+	Tier        string   // the request's tier ("" is the default tier)
+	// Body is the request body to forward: the input, or a copy with vLLM's cache_salt
+	// set when tenant.cache_salt applies.
+	Body []byte
+	// Done ends the decision's lease (affinity.Scheduler.AcquireWithParent): call it
+	// once the response has ended or failed, so the backend's outstanding load drops.
+	// Idempotent and safe from any goroutine; never nil on success.
+	Done func()
+}
+
+// RequestError is a request [Gateway.Decide] rejects, with the HTTP status and the
+// OpenAI-style error code the gateway itself would answer with. It wraps the cause
+// (for example affinity.ErrNoEligibleBackend), so errors.Is works.
+type RequestError struct {
+	Status int    // e.g. 400, 503
+	Code   string // e.g. "invalid_json", "no_backend_available"
+	Err    error
+}
+
+// Error returns the cause's message.
+func (e *RequestError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// ErrRequest is wrapped by the causes of [RequestError]s that have no library sentinel
+// (malformed body, unknown tier, missing session ID).
+var ErrRequest = errors.New("gateway: bad request")
+
+// Decide routes r (whose body, already read, is body) exactly as [Gateway.ServeHTTP]
+// would — session and parent headers, tier, tenant scope and cache_salt, the
+// Scheduler's decision — without proxying it. r.Body is not read. allow, when not nil,
+// restricts the candidates to the backends for which allow(id) is true (an empty
+// subset is a 503, affinity.ErrNoCandidates).
+//
+// Errors are *[RequestError]: 400 for a malformed JSON body, an unknown tier, a session
+// ID too long or missing with require_session; 503 when no backend is eligible. The
+// Scheduler counts the decision (hit or miss) as for a proxied request. Safe for
+// concurrent use. The decision holds a lease on the backend until Decision.Done.
+func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
+	rt := g.state()
+	model, err := parseModel(r, body)
+	if err != nil {
+		return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
+	}
+	session, parent := rt.sessionID(r), rt.parentSessionID(r)
+	tier, err := rt.tier(r, model)
+	if err != nil {
+		return Decision{}, &RequestError{http.StatusBadRequest, "unknown_tier", fmt.Errorf("%w: %w", ErrRequest, err)}
+	}
+	if tenant := rt.tenantOf(r); tenant != "" {
+		session, parent = rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent)
+		if body, err = rt.saltBody(r, body, tenant); err != nil {
+			return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
+		}
+	}
+	st := &route{rt: rt, session: session, parent: parent, tier: tier, in: r, body: body, allow: allow}
+	if session == "" {
+		if rt.cfg.RequireSession {
+			return Decision{}, &RequestError{http.StatusBadRequest, "missing_session_id",
+				fmt.Errorf("%w: missing session ID: send one of the headers %s", ErrRequest, strings.Join(rt.cfg.SessionHeaders, ", "))}
+		}
+		if st.key = r.Header.Get(HeaderRequestID); st.key == "" {
+			st.key = randomKey()
+		}
+	}
+	b, hit, err := st.choose()
+	if err != nil {
+		status, code := classify(err)
+		return Decision{}, &RequestError{status, code, err}
+	}
+	return Decision{BackendID: b.id, URL: b.url, AffinityHit: hit, Tier: tier, Body: body,
+		Done: func() { st.release(usage{}, nil) }}, nil
+}
+
+// subset returns the tier's candidates for which allow is true.
+func (rt *routing) subset(tier string, allow func(string) bool) ([]affinity.Backend, []*backend) {
+	var cands []affinity.Backend
+	var nodes []*backend
+	for i, b := range rt.tierNodes[tier] {
+		if allow(b.id) {
+			cands = append(cands, rt.byTier[tier][i])
+			nodes = append(nodes, b)
+		}
+	}
+	return cands, nodes
+}

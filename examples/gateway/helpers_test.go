@@ -1,0 +1,105 @@
+package gateway_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// seen records what the backends received.
+type seen struct {
+	mu     sync.Mutex
+	bodies []string
+	auth   []string
+}
+
+func (s *seen) last() (body, auth string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bodies[len(s.bodies)-1], s.auth[len(s.auth)-1]
+}
+
+// testGateway starts three echo backends b0..b2 and a gateway over them configured
+// with extra YAML. It returns the gateway, what the backends saw, and their IDs.
+func testGateway(t *testing.T, extra string, opts ...gateway.Option) (*gateway.Gateway, *seen) {
+	t.Helper()
+	rec := &seen{}
+	var yaml strings.Builder
+	yaml.WriteString("backends:\n")
+	for _, id := range []string{"b0", "b1", "b2"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			rec.mu.Lock()
+			rec.bodies = append(rec.bodies, string(body))
+			rec.auth = append(rec.auth, r.Header.Get("Authorization"))
+			rec.mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		}))
+		t.Cleanup(srv.Close)
+		yaml.WriteString("  - {id: " + id + ", url: \"" + srv.URL + "\"}\n")
+	}
+	yaml.WriteString(extra)
+	cfg, err := gateway.ParseConfig([]byte(yaml.String()))
+	require.NoError(t, err)
+	g, err := gateway.New(cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	return g, rec
+}
+
+// do sends a chat completion with the given headers and returns the response.
+func do(t *testing.T, g *gateway.Gateway, path, body string, headers map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, req)
+	return rec
+}
+
+// hrwBackend is the backend ID the Scheduler's HRW picks for session among b0..b2.
+func hrwBackend(t *testing.T, session string) string {
+	t.Helper()
+	s, err := affinity.New(affinity.Config{})
+	require.NoError(t, err)
+	bs := []affinity.Backend{affinity.MustBackend("b0", "", 1), affinity.MustBackend("b1", "", 1), affinity.MustBackend("b2", "", 1)}
+	b, _, err := s.SelectBackend(session, "", bs)
+	require.NoError(t, err)
+	return b.ID()
+}
+
+// captureLogs returns a Debug-level JSON logger writing into the returned buffer.
+func captureLogs() (*slog.Logger, *syncBuffer) {
+	buf := &syncBuffer{}
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

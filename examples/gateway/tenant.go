@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// DefaultTenantSecretEnv is the environment variable holding the per-deployment secret
+// that keys the tenant hashes when `tenant.secret_env` is omitted.
+const DefaultTenantSecretEnv = "AGENTSERVE_TENANT_SECRET"
+
+// CacheSaltField is the top-level request-body field vLLM reads as the per-request
+// prefix-cache salt (requests with different salts never share cached blocks).
+const CacheSaltField = "cache_salt"
+
+// TenantConfig scopes bindings by tenant. With a tenant source configured, a request
+// that carries a tenant identity has its session ID (and parent session ID) prefixed by
+// a keyed hash of that identity before it reaches the Scheduler, so two tenants sending
+// the same session ID get separate bindings. The raw identity (API key or header value)
+// is never stored, logged or exported; only the hash lives in the binding table.
+type TenantConfig struct {
+	// Header names a request header carrying the tenant ID (e.g. X-Tenant-ID set by an
+	// authenticating proxy in front of the gateway). When present and non-empty it wins
+	// over the API key. "" means none.
+	Header string `yaml:"header"`
+	// APIKey uses the bearer token of `Authorization: Bearer <key>` as the tenant
+	// identity when the tenant header is absent.
+	APIKey bool `yaml:"api_key"`
+	// SecretEnv names the environment variable holding the HMAC-SHA256 key (any bytes;
+	// use 32 random ones). Default AGENTSERVE_TENANT_SECRET when a source is configured.
+	// If the variable is unset or empty the hashes fall back to unkeyed SHA-256 and the
+	// gateway logs a warning at startup: still never raw, but a guessable tenant ID
+	// (a short header value) can then be confirmed from its hash. Every gateway replica
+	// must use the same secret, or they place sessions differently.
+	SecretEnv string `yaml:"secret_env"`
+	// CacheSalt sets vLLM's per-request "cache_salt" in the JSON body of POST
+	// .../chat/completions and .../completions to a value derived from the tenant
+	// (replacing any salt the client sent), so prefix caches are not shared across
+	// tenants. Requires a tenant source. Requests without a tenant are not salted.
+	CacheSalt bool `yaml:"cache_salt"`
+}
+
+// enabled reports whether a tenant source is configured.
+func (c TenantConfig) enabled() bool { return c.APIKey || c.Header != "" }
+
+// tenants derives the tenant tags of requests. Safe for concurrent use (immutable).
+type tenants struct {
+	cfg    TenantConfig
+	secret []byte // nil: unkeyed SHA-256
+}
+
+// newTenants reads the secret from the environment; nil when tenant scoping is off.
+func newTenants(cfg TenantConfig) *tenants {
+	if !cfg.enabled() {
+		return nil
+	}
+	t := &tenants{cfg: cfg}
+	if v := os.Getenv(cfg.SecretEnv); v != "" {
+		t.secret = []byte(v)
+	}
+	return t
+}
+
+// identity returns the tenant identity of r (source-prefixed, so a header value and an
+// API key never collide) or "" when r carries none.
+func (t *tenants) identity(r *http.Request) string {
+	if t.cfg.Header != "" {
+		if v := strings.TrimSpace(r.Header.Get(t.cfg.Header)); v != "" {
+			return "header\x00" + v
+		}
+	}
+	if t.cfg.APIKey {
+		if key := bearer(r.Header.Get("Authorization")); key != "" {
+			return "apikey\x00" + key
+		}
+	}
+	return ""
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" value ("" otherwise).
+// The scheme is case-insensitive (RFC 9110 section 11.1).
+func bearer(v string) string {
+	const prefix = "bearer "
+	if len(v) <= len(prefix) || !strings.EqualFold(v[:len(prefix)], prefix) {
+		return ""
+	}
+	return strings.TrimSpace(v[len(prefix):])
+}
+
+// derive returns base64url(first 16 bytes of HMAC-SHA256(secret, purpose 0x00 id)), or
+// of SHA-256 over the same input without a secret: 22 characters, 128 bits.
+func (t *tenants) derive(purpose, id string) string {
+	var h hash.Hash
+	if t.secret != nil {
+		h = hmac.New(sha256.New, t.secret)
+	} else {
+		h = sha256.New()
+	}
+	h.Write([]byte("agentserve-tenant\x00" + purpose + "\x00"))
+	h.Write([]byte(id))
+	sum := h.Sum(nil)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// tag returns the binding-scope tag of identity id: the prefix added to session IDs.
+func (t *tenants) tag(id string) string { return "t:" + t.derive("binding", id) + ":" }
+
+// scope returns session prefixed with the tenant tag of id ("" stays "").
+func (t *tenants) scope(id, session string) string {
+	if session == "" {
+		return ""
+	}
+	return t.tag(id) + session
+}
+
+// tenantOf returns the request's tenant identity ("" when tenant scoping is off or the
+// request carries none). It holds the raw API key or header value: never log it.
+func (rt *routing) tenantOf(r *http.Request) string {
+	if rt.tenants == nil {
+		return ""
+	}
+	return rt.tenants.identity(r)
+}
+
+// saltBody returns body with vLLM's cache_salt derived from tenant when tenant.cache_salt
+// is on and r is a POST with a JSON object body to a completions endpoint; otherwise body
+// unchanged.
+func (rt *routing) saltBody(r *http.Request, body []byte, tenant string) ([]byte, error) {
+	if !rt.cfg.Tenant.CacheSalt || r.Method != http.MethodPost || !isSaltEndpoint(r.URL.Path) {
+		return body, nil
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		return body, nil // not a JSON object: parseModel let it through (e.g. multipart)
+	}
+	out, err := withCacheSalt(body, rt.tenants.salt(tenant))
+	if err != nil {
+		return nil, fmt.Errorf("malformed JSON request body: %v", err)
+	}
+	return out, nil
+}
+
+// salt returns the cache_salt of identity id (independent of the tag).
+func (t *tenants) salt(id string) string { return t.derive("cache_salt", id) }
+
+// TenantTagBytes is the number of bytes a tenant scope adds in front of a session ID;
+// it counts towards affinity.max_session_id_bytes.
+const TenantTagBytes = 2 + 22 + 1
+
+// isSaltEndpoint reports whether vLLM accepts cache_salt on this path.
+func isSaltEndpoint(path string) bool {
+	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions")
+}
+
+// withCacheSalt returns body with the top-level "cache_salt" set to salt (any client
+// value replaced, duplicate keys collapsed). body must be a JSON object (parseModel has
+// checked it); keys are re-encoded in sorted order, values byte for byte.
+func withCacheSalt(body []byte, salt string) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil {
+		return nil, err
+	}
+	v, _ := json.Marshal(salt)
+	obj[CacheSaltField] = v
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

@@ -1,0 +1,189 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+const (
+	keyA = "sk-tenant-a-0123456789abcdef"
+	keyB = "sk-tenant-b-fedcba9876543210"
+)
+
+func bearer(k string) string { return "Bearer " + k }
+
+// Tenant B sending tenant A's session ID does not land on A's binding.
+func TestTenantScopesBindings(t *testing.T) {
+	g, _ := testGateway(t, "tenant: {api_key: true}\n")
+	hdr := func(key, session string) map[string]string {
+		return map[string]string{"Authorization": bearer(key), "X-Session-ID": session}
+	}
+	rec := do(t, g, chat, chatBody, hdr(keyA, "shared-id"))
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit))
+
+	rec = do(t, g, chat, chatBody, hdr(keyB, "shared-id"))
+	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit), "B's first turn is not a hit on A's binding")
+	assert.Equal(t, 2, g.Scheduler().Len(), "one binding per tenant")
+	_, ok := g.Scheduler().Lookup("shared-id", "")
+	assert.False(t, ok, "nothing is bound under the raw session ID")
+
+	// A request without a tenant does not reach either tenant's binding either.
+	rec = do(t, g, chat, chatBody, map[string]string{"X-Session-ID": "shared-id"})
+	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit))
+	assert.Equal(t, 3, g.Scheduler().Len())
+
+	for _, key := range []string{keyA, keyB} {
+		rec = do(t, g, chat, chatBody, hdr(key, "shared-id"))
+		assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit), "each tenant keeps its own binding")
+	}
+	// The bearer scheme is case-insensitive.
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": "bearer " + keyA, "X-Session-ID": "shared-id"})
+	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit))
+}
+
+// The parent hint is scoped too: B cannot start a subagent on A's session's backend.
+func TestTenantScopesParent(t *testing.T) {
+	g, _ := testGateway(t, "tenant: {api_key: true}\n")
+	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "main"})
+	require.Equal(t, http.StatusOK, rec.Code)
+	do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyB), "X-Session-ID": "sub", "X-Parent-Session-ID": "main"})
+	assert.Zero(t, g.Scheduler().Stats().ParentPlaced)
+	do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "sub", "X-Parent-Session-ID": "main"})
+	assert.Equal(t, uint64(1), g.Scheduler().Stats().ParentPlaced, "same tenant: placed on the parent's backend")
+}
+
+// A configured tenant header wins over the API key.
+func TestTenantHeaderWinsOverAPIKey(t *testing.T) {
+	g, _ := testGateway(t, "tenant: {api_key: true, header: X-Tenant-ID}\n")
+	do(t, g, chat, chatBody, map[string]string{"X-Tenant-ID": "acme", "Authorization": bearer(keyA), "X-Session-ID": "s"})
+	rec := do(t, g, chat, chatBody, map[string]string{"X-Tenant-ID": "acme", "Authorization": bearer(keyB), "X-Session-ID": "s"})
+	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit), "same tenant header, other key: same binding")
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "s"})
+	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit), "the API key alone is another tenant than the header")
+}
+
+func cacheSalt(t *testing.T, body string) (string, bool) {
+	t.Helper()
+	var v map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &v), body)
+	raw, ok := v[gateway.CacheSaltField]
+	if !ok {
+		return "", false
+	}
+	var s string
+	require.NoError(t, json.Unmarshal(raw, &s))
+	return s, true
+}
+
+func TestCacheSaltInjection(t *testing.T) {
+	g, backends := testGateway(t, "tenant: {api_key: true, cache_salt: true}\n")
+	send := func(path, body string, headers map[string]string) string {
+		t.Helper()
+		rec := do(t, g, path, body, headers)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		got, auth := backends.last()
+		if h, ok := headers["Authorization"]; ok {
+			assert.Equal(t, h, auth, "the API key still reaches the backend")
+		}
+		return got
+	}
+	a := map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "s"}
+	b := map[string]string{"Authorization": bearer(keyB), "X-Session-ID": "s"}
+
+	saltA, ok := cacheSalt(t, send(chat, chatBody, a))
+	require.True(t, ok, "chat completions are salted")
+	assert.Len(t, saltA, 22)
+	body := send(chat, `{"model":"m","cache_salt":"attacker-chosen","messages":[],"cache_salt":"again","n":1.50}`, a)
+	got, _ := cacheSalt(t, body)
+	assert.Equal(t, saltA, got, "a client-sent salt is replaced; the same tenant gets the same salt")
+	assert.NotContains(t, body, "attacker-chosen")
+	assert.Contains(t, body, `"n":1.50`, "other values pass byte for byte")
+	saltB, _ := cacheSalt(t, send("/v1/completions", `{"model":"m","prompt":"x"}`, b))
+	assert.NotEqual(t, saltA, saltB, "tenants get different salts")
+	for _, salt := range []string{saltA, saltB} {
+		assert.NotContains(t, keyA+keyB, salt)
+	}
+
+	_, ok = cacheSalt(t, send("/v1/embeddings", `{"model":"m","input":"x"}`, a))
+	assert.False(t, ok, "only the completions endpoints take cache_salt")
+	_, ok = cacheSalt(t, send(chat, chatBody, map[string]string{"X-Session-ID": "s"}))
+	assert.False(t, ok, "a request without a tenant is not salted")
+
+	rec := do(t, g, chat, `{"model":`, a)
+	assert.Equal(t, http.StatusBadRequest, rec.Code, "malformed JSON is rejected, not forwarded unsalted")
+}
+
+// With a secret the hashes are keyed: a different secret gives different salts.
+func TestTenantSecret(t *testing.T) {
+	salt := func(secret string) string {
+		t.Setenv(gateway.DefaultTenantSecretEnv, secret)
+		g, backends := testGateway(t, "tenant: {api_key: true, cache_salt: true}\n")
+		do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA)})
+		body, _ := backends.last()
+		s, ok := cacheSalt(t, body)
+		require.True(t, ok)
+		return s
+	}
+	unkeyed, s1, s2 := salt(""), salt("secret-one"), salt("secret-two")
+	assert.NotEqual(t, unkeyed, s1)
+	assert.NotEqual(t, s1, s2)
+	assert.Equal(t, s1, salt("secret-one"), "deterministic: replicas with one secret agree")
+}
+
+func TestTenantConfigErrors(t *testing.T) {
+	_, err := gateway.ParseConfig([]byte(minimal + "tenant: {cache_salt: true}\n"))
+	assert.ErrorIs(t, err, gateway.ErrTenantConfig)
+	_, err = gateway.ParseConfig([]byte(minimal + "tenant: {header: \"bad header\"}\n"))
+	assert.ErrorIs(t, err, gateway.ErrHeaderName)
+	cfg, err := gateway.ParseConfig([]byte(minimal + "tenant: {api_key: true}\n"))
+	require.NoError(t, err)
+	assert.Equal(t, gateway.DefaultTenantSecretEnv, cfg.Tenant.SecretEnv)
+}
+
+// The raw API key and tenant header never appear in logs, metrics, bindings or
+// responses, including error paths (too-long session ID, backend down).
+func TestTenantIdentityNeverExposed(t *testing.T) {
+	const tenantHeader = "tenant-header-value-42"
+	logger, logs := captureLogs()
+	g, _ := testGateway(t, "tenant: {api_key: true, header: X-Tenant-ID, cache_salt: true}\n", gateway.WithLogger(logger))
+	var responses strings.Builder
+	record := func(rec *httptest.ResponseRecorder) {
+		responses.WriteString(rec.Body.String())
+		for k, v := range rec.Header() {
+			responses.WriteString(k + ": " + strings.Join(v, ",") + "\n")
+		}
+	}
+	for _, h := range []map[string]string{
+		{"Authorization": bearer(keyA), "X-Session-ID": "s1"},
+		{"Authorization": bearer(keyA), "X-Session-ID": "s1"},
+		{"X-Tenant-ID": tenantHeader, "X-Session-ID": "s2", "X-Parent-Session-ID": "s1"},
+		{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("x", 400)}, // 400: too long
+	} {
+		record(do(t, g, chat, chatBody, h))
+	}
+	// Break every binding: broken bindings are logged (at Debug) on their next turn.
+	for _, id := range []string{"b0", "b1", "b2"} {
+		g.Scheduler().OnBackendDown(id)
+	}
+	record(do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "s1"}))
+	m := httptest.NewRecorder()
+	g.ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	metricsBody, _ := io.ReadAll(m.Body)
+
+	require.NotEmpty(t, logs.String(), "the check below must look at real log output")
+	for name, text := range map[string]string{"logs": logs.String(), "metrics": string(metricsBody), "responses": responses.String()} {
+		for _, secret := range []string{keyA, keyA[:12], tenantHeader} {
+			assert.NotContains(t, text, secret, "%s expose the tenant identity", name)
+		}
+	}
+}
