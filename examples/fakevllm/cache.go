@@ -7,12 +7,14 @@ import (
 )
 
 // blockKey identifies one full prompt block together with everything before it:
-// key[i] = SHA-256(key[i-1] || bytes of block i), key[-1] = 32 zero bytes.
+// key[i] = SHA-256(key[i-1] || bytes of block i), key[-1] = 32 zero bytes, or
+// SHA-256("cache_salt" 0x00 salt) for a request with a cache_salt (as vLLM mixes the
+// salt into the first block's hash, requests with different salts share no block).
 type blockKey [sha256.Size]byte
 
 // blockKeys returns the hash chain of the full blocks of prompt (a trailing partial block
 // has no key). blockBytes = BlockTokens * BytesPerToken.
-func blockKeys(prompt string, blockBytes int) []blockKey {
+func blockKeys(prompt string, blockBytes int, salt string) []blockKey {
 	n := len(prompt) / blockBytes
 	if n == 0 {
 		return nil
@@ -20,6 +22,9 @@ func blockKeys(prompt string, blockBytes int) []blockKey {
 	keys := make([]blockKey, n)
 	buf := make([]byte, 0, sha256.Size+blockBytes)
 	var prev blockKey
+	if salt != "" {
+		prev = sha256.Sum256([]byte("cache_salt\x00" + salt))
+	}
 	for i := range n {
 		buf = append(buf[:0], prev[:]...)
 		buf = append(buf, prompt[i*blockBytes:(i+1)*blockBytes]...)

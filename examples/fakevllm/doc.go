@@ -42,7 +42,8 @@
 //
 // The prompt is cut into full blocks of Config.BlockTokens tokens (BlockTokens*4 bytes);
 // a trailing partial block is never cached. Block i is keyed by the hash chain
-// key_i = SHA-256(key_{i-1} || bytes of block i) (key_{-1} = 32 zero bytes), so a block's
+// key_i = SHA-256(key_{i-1} || bytes of block i) (key_{-1} = 32 zero bytes, or
+// SHA-256("cache_salt" 0x00 salt) when the request has vLLM's cache_salt), so a block's
 // key identifies the whole prefix up to it. A request's cached_tokens is BlockTokens times
 // the number of leading blocks found in the cache (prefix semantics: a block counts only if
 // all earlier ones hit), capped so at least the last block is computed when the whole

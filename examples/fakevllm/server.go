@@ -239,6 +239,7 @@ type chatRequest struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	CacheSalt           string          `json:"cache_salt"` // vLLM's per-request prefix-cache salt
 }
 
 type streamOptions struct {
@@ -409,7 +410,7 @@ func (s *Server) newJob(req chatRequest) (*job, error) {
 		id:           "chatcmpl-fakevllm-" + s.cfg.ID + "-" + strconv.FormatUint(s.seq.Add(1), 10),
 		model:        model,
 		created:      s.now().Unix(),
-		keys:         blockKeys(prompt, s.cfg.BlockTokens*BytesPerToken),
+		keys:         blockKeys(prompt, s.cfg.BlockTokens*BytesPerToken, req.CacheSalt),
 		promptTokens: EstimateTokens(prompt),
 		outTokens:    out,
 		finish:       finish,
