@@ -1,0 +1,71 @@
+// Package extproc is an Envoy external-processing (ext_proc) server that acts as an
+// endpoint picker (EPP) in the protocol of the Kubernetes Gateway API Inference Extension
+// (kubernetes-sigs/gateway-api-inference-extension,
+// docs/proposals/004-endpoint-picker-protocol, protocol v1.0.0), so that Envoy — and the
+// gateways built on that protocol (kgateway, Istio, llm-d, agentgateway) — can keep every
+// turn of an agent session on one inference backend.
+//
+// It lives in its own module so the examples module does not depend on gRPC and the
+// Envoy protos. Routing is the example gateway's ([gateway.Gateway.Decide]): session and
+// parent-session headers, tier from the tier header or the body's "model", tenant scope
+// and vLLM cache_salt, the affinity Scheduler's decision, health from the gateway's
+// prober, and the gateway's /metrics registry.
+//
+// # Protocol
+//
+// One gRPC stream per HTTP request. With FULL_DUPLEX_STREAMED request bodies (the mode
+// the protocol requires, announced by Envoy in ProcessingRequest.protocol_config) the
+// picker holds the request-headers answer back until the body is complete (the model is
+// in the body), then answers the headers with
+//
+//   - header x-gateway-destination-endpoint: <ip:port> (set, overwriting a client value),
+//     clear_route_cache, and
+//   - dynamic metadata {"envoy.lb": {"x-gateway-destination-endpoint": "<ip:port>"}}
+//     (the same value),
+//
+// and streams the body back in one chunk (with cache_salt set when tenant.cache_salt
+// applies). With BUFFERED bodies it answers the headers at once and puts the same header
+// mutation and metadata on the body answer. A request without a body is decided on its
+// headers. STREAMED, BUFFERED_PARTIAL and GRPC body modes are refused with gRPC
+// Unimplemented ([ErrUnsupportedMode]). When protocol_config is absent (older Envoy),
+// FULL_DUPLEX_STREAMED is assumed.
+//
+// Response headers get X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit; response
+// body chunks pass through unchanged. The request counts as in flight
+// (agentserve_extproc_inflight_requests) from the pick until the response stream ends:
+// response body or headers with end_of_stream, response trailers, or the stream's end
+// or cancellation by Envoy.
+//
+// Subset hint: when the request's filter metadata has
+// "envoy.lb.subset_hint"/"x-gateway-destination-endpoint-subset", only backends whose
+// ip:port is in that list are candidates.
+//
+// Errors become ImmediateResponses with the gateway's OpenAI-style JSON body, and the
+// stream ends: 503 when no endpoint is eligible (all Down, or none in the subset), as
+// the protocol requires; 400 for a malformed JSON body, an unknown tier or a session ID
+// that is too long (or missing with require_session); 413 above max_body_bytes.
+//
+// # Decisions where the protocol is silent
+//
+//   - One endpoint per answer, no fallback list: the binding names one backend, and a
+//     retry on another endpoint would leave the binding pointing elsewhere. Envoy's own
+//     retries then go to the same endpoint; a failed backend is removed by the prober
+//     and the next turn is rebound.
+//   - x-gateway-destination-endpoint-served (sent by the data plane with the response
+//     headers) is compared with the pick; a difference is counted in
+//     agentserve_extproc_served_elsewhere_total and logged at Debug, and the binding is
+//     left as it is (with one endpoint per answer it only differs if the proxy overrode
+//     the pick).
+//   - No 429 shedding: the picker does not model load. With leases from a load-aware
+//     Scheduler the in-flight accounting above is where they would be released.
+//   - gRPC health: "", "liveness", "readiness" and
+//     "envoy.service.ext_proc.v3.ExternalProcessor" report SERVING while the server runs
+//     (there is no leader election); [Server.Register] returns the health server so the
+//     command reports NOT_SERVING before a graceful stop.
+//
+// # Concurrency
+//
+// A [Server] is safe for concurrent use; grpc-go runs each stream on its own goroutine
+// and the picker starts none. Cost per request: one body buffer up to max_body_bytes
+// and the gateway's Decide (one Scheduler call).
+package extproc

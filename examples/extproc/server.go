@@ -1,0 +1,444 @@
+package extproc
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// Names of the Endpoint Picker Protocol (gateway-api-inference-extension,
+// docs/proposals/004-endpoint-picker-protocol).
+const (
+	// HeaderDestination is the request header carrying the picked endpoint (ip:port).
+	HeaderDestination = "x-gateway-destination-endpoint"
+	// MetadataNamespace is the dynamic-metadata namespace of the picked endpoint.
+	MetadataNamespace = "envoy.lb"
+	// MetadataKeyDestination is the key of the picked endpoint in MetadataNamespace.
+	MetadataKeyDestination = "x-gateway-destination-endpoint"
+	// SubsetNamespace is the filter-metadata namespace of the data plane's subset hint.
+	SubsetNamespace = "envoy.lb.subset_hint"
+	// SubsetKey is the key of the subset hint: a list of ip:port the pick must come from.
+	SubsetKey = "x-gateway-destination-endpoint-subset"
+	// ServedKey is the key (in MetadataNamespace) of the endpoint that actually served
+	// the request, sent by the data plane with the response.
+	ServedKey = "x-gateway-destination-endpoint-served"
+)
+
+// Health service names reported by [Server.Register] (gRPC Health Checking Protocol).
+const (
+	HealthLiveness  = "liveness"
+	HealthReadiness = "readiness"
+	HealthExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
+)
+
+// ErrUnsupportedMode is returned (as gRPC Unimplemented) when the data plane announces a
+// request body mode other than FULL_DUPLEX_STREAMED, BUFFERED or NONE.
+var ErrUnsupportedMode = errors.New("extproc: unsupported body send mode")
+
+// Server is an Envoy ext_proc server that picks an inference endpoint for each request
+// with a [gateway.Gateway]'s routing (session headers, tier, tenant scope, the
+// affinity Scheduler) and answers in the Endpoint Picker Protocol. Create with [New];
+// serve with [Server.Register] on a grpc.Server. Safe for concurrent use: one gRPC stream
+// per HTTP request, each handled on its own goroutine by grpc-go.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	g        *gateway.Gateway
+	log      *slog.Logger
+	maxBody  int64
+	endpoint map[string]string // backend id -> ip:port
+	inflight atomic.Int64
+
+	inflightGauge   prometheus.GaugeFunc
+	requests        *prometheus.CounterVec
+	servedElsewhere prometheus.Counter
+}
+
+// Option configures [New].
+type Option func(*Server)
+
+// WithLogger sets the logger (default: discard). Session IDs and tenant identities are
+// never logged.
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// New builds a Server on g (whose Config supplies the backends, headers, tiers and
+// max_body_bytes) and registers its metrics on g.Registry():
+// agentserve_extproc_requests_total{result} (hit, miss, rejected, unavailable),
+// agentserve_extproc_inflight_requests and agentserve_extproc_served_elsewhere_total. Each backend's endpoint is the host:port of
+// its URL (port 80/443 by scheme when absent). Errors: metric registration.
+func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
+	s := &Server{g: g, maxBody: g.Config().MaxBodyBytes, endpoint: map[string]string{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for _, b := range g.Config().Backends {
+		u, err := url.Parse(b.URL)
+		if err != nil {
+			return nil, fmt.Errorf("extproc: backend %q: %w", b.ID, err)
+		}
+		s.endpoint[b.ID] = hostPort(u)
+	}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentserve_extproc_requests_total",
+		Help: "Requests the endpoint picker answered, by result (hit, miss, rejected, unavailable)."}, []string{"result"})
+	s.inflightGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentserve_extproc_inflight_requests",
+		Help: "Requests with a picked endpoint whose response stream has not ended."},
+		func() float64 { return float64(s.inflight.Load()) })
+	s.servedElsewhere = prometheus.NewCounter(prometheus.CounterOpts{Name: "agentserve_extproc_served_elsewhere_total",
+		Help: "Responses whose x-gateway-destination-endpoint-served metadata named another endpoint than the pick."})
+	for _, c := range []prometheus.Collector{s.requests, s.inflightGauge, s.servedElsewhere} {
+		if err := g.Registry().Register(c); err != nil {
+			return nil, fmt.Errorf("extproc: registering metrics: %w", err)
+		}
+	}
+	for _, r := range []string{"hit", "miss", "rejected", "unavailable"} {
+		s.requests.WithLabelValues(r)
+	}
+	return s, nil
+}
+
+// hostPort returns u's host:port, adding the scheme's default port.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// InFlight returns the number of requests with a picked endpoint whose response stream
+// has not ended (end of stream, trailers, client cancel or error).
+func (s *Server) InFlight() int { return int(s.inflight.Load()) }
+
+// Register registers the ext_proc service and the gRPC health service on gs, and returns
+// the health server so the caller can report NOT_SERVING (hs.Shutdown) before stopping.
+// "", "liveness", "readiness" and "envoy.service.ext_proc.v3.ExternalProcessor" report
+// SERVING.
+func (s *Server) Register(gs *grpc.Server) *health.Server {
+	extprocv3.RegisterExternalProcessorServer(gs, s)
+	hs := health.NewServer()
+	for _, name := range []string{"", HealthLiveness, HealthReadiness, HealthExtProc} {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	healthpb.RegisterHealthServer(gs, hs)
+	return hs
+}
+
+// Process handles one HTTP request/response exchange (one gRPC stream). It returns nil
+// when the data plane closes the stream or cancels it, or after an immediate response.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	x := &exchange{s: s, reqDuplex: true, respDuplex: true}
+	defer x.release()
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF || status.Code(err) == codes.Canceled || stream.Context().Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out, done, err := x.handle(req)
+		if err != nil {
+			return status.Error(codes.Unimplemented, err.Error())
+		}
+		for _, r := range out {
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// exchange is the state of one HTTP request on one stream.
+type exchange struct {
+	s                     *Server
+	first                 bool // the first message has been seen
+	reqDuplex, respDuplex bool // FULL_DUPLEX_STREAMED (else BUFFERED or NONE)
+	req                   *http.Request
+	subset                map[string]bool // nil: no subset hint
+	body                  bytes.Buffer
+	decided               bool
+	headersAnswered       bool // BUFFERED: the request headers were answered already
+	decision              gateway.Decision
+	endpoint              string
+	leased                bool
+}
+
+func (x *exchange) release() {
+	if x.leased {
+		x.leased = false
+		x.s.inflight.Add(-1)
+	}
+}
+
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.ProcessingResponse, done bool, err error) {
+	if !x.first {
+		x.first = true
+		if pc := req.GetProtocolConfig(); pc != nil {
+			if x.reqDuplex, err = duplex(pc.GetRequestBodyMode()); err != nil {
+				return nil, true, err
+			}
+			if x.respDuplex, err = duplex(pc.GetResponseBodyMode()); err != nil {
+				return nil, true, err
+			}
+		}
+	}
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		x.req = toRequest(r.RequestHeaders.GetHeaders())
+		x.subset = subsetHint(req.GetMetadataContext())
+		if r.RequestHeaders.GetEndOfStream() {
+			return x.decide(nil)
+		}
+		if !x.reqDuplex { // BUFFERED: Envoy waits for this answer before sending the body
+			x.headersAnswered = true
+			return []*extprocv3.ProcessingResponse{requestHeaders(nil, nil)}, false, nil
+		}
+		return nil, false, nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		x.body.Write(r.RequestBody.GetBody())
+		if int64(x.body.Len()) > x.s.maxBody {
+			x.s.requests.WithLabelValues("rejected").Inc()
+			return []*extprocv3.ProcessingResponse{immediate(http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", x.s.maxBody))}, true, nil
+		}
+		if r.RequestBody.GetEndOfStream() {
+			return x.decide(nil)
+		}
+		return nil, false, nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		trailers := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}
+		if x.decided {
+			return []*extprocv3.ProcessingResponse{trailers}, false, nil
+		}
+		return x.decide(trailers)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if r.ResponseHeaders.GetEndOfStream() {
+			x.release()
+		}
+		if served := servedEndpoint(req.GetMetadataContext()); served != "" && x.decided && served != x.endpoint {
+			// The data plane reports another endpoint than the pick (a retry or a
+			// proxy-side override): the binding still names the pick.
+			x.s.servedElsewhere.Inc()
+			x.s.log.Debug("endpoint picker: served by another endpoint", "picked", x.endpoint, "served", served)
+		}
+		set := []*corev3.HeaderValueOption{
+			header(strings.ToLower(gateway.HeaderBackend), x.decision.BackendID),
+			header(strings.ToLower(gateway.HeaderAffinityHit), fmt.Sprint(x.decision.AffinityHit)),
+		}
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+			ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}}, false, nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		eos := r.ResponseBody.GetEndOfStream()
+		if eos {
+			x.release() // the lease ends with the response stream
+		}
+		br := &extprocv3.BodyResponse{}
+		if x.respDuplex { // pass the chunk through unchanged
+			br.Response = &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+				Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+					Body: r.ResponseBody.GetBody(), EndOfStream: eos}}}}
+		}
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: br}}}, false, nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.release()
+		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}}, false, nil
+	}
+	return nil, false, nil
+}
+
+// duplex maps the announced body mode: FULL_DUPLEX_STREAMED -> true; BUFFERED and NONE
+// -> false; anything else is ErrUnsupportedMode.
+func duplex(m filterv3.ProcessingMode_BodySendMode) (bool, error) {
+	switch m {
+	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		return true, nil
+	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_NONE:
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %s (want FULL_DUPLEX_STREAMED or BUFFERED)", ErrUnsupportedMode, m)
+}
+
+// decide picks the endpoint once the request headers and body are complete and returns
+// the answers for the messages held back (then trailer, if not nil).
+func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, bool, error) {
+	x.decided = true
+	if x.req == nil { // a body without headers: not Envoy's sequence, but do not crash
+		x.req = toRequest(nil)
+	}
+	var allow func(string) bool
+	if x.subset != nil {
+		allow = func(id string) bool { return x.subset[x.s.endpoint[id]] }
+	}
+	d, err := x.s.g.Decide(x.req, x.body.Bytes(), allow)
+	if err != nil {
+		var re *gateway.RequestError
+		code, status := "routing_error", http.StatusInternalServerError
+		if errors.As(err, &re) {
+			code, status = re.Code, re.Status
+		}
+		result := "rejected"
+		if status == http.StatusServiceUnavailable {
+			result = "unavailable"
+		}
+		x.s.requests.WithLabelValues(result).Inc()
+		return []*extprocv3.ProcessingResponse{immediate(status, code, err.Error())}, true, nil
+	}
+	x.decision, x.endpoint = d, x.s.endpoint[d.BackendID]
+	x.leased = true
+	x.s.inflight.Add(1)
+	if d.AffinityHit {
+		x.s.requests.WithLabelValues("hit").Inc()
+	} else {
+		x.s.requests.WithLabelValues("miss").Inc()
+	}
+	meta := destinationMetadata(x.endpoint)
+	set := []*corev3.HeaderValueOption{header(HeaderDestination, x.endpoint)}
+	var out []*extprocv3.ProcessingResponse
+	changed := !bytes.Equal(d.Body, x.body.Bytes())
+	switch {
+	case x.reqDuplex:
+		out = append(out, requestHeaders(set, meta))
+		if x.body.Len() > 0 || changed {
+			out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+					Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
+						Body: d.Body, EndOfStream: trailer == nil}}}}}}})
+		}
+	case !x.headersAnswered: // BUFFERED, headers only: the headers answer carries it
+		out = append(out, requestHeaders(set, meta))
+	default: // BUFFERED: the body answer mutates the held-back headers
+		cr := &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}, ClearRouteCache: true}
+		if changed {
+			cr.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: d.Body}}
+		}
+		out = append(out, &extprocv3.ProcessingResponse{DynamicMetadata: meta,
+			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: cr}}})
+	}
+	if trailer != nil {
+		out = append(out, trailer)
+	}
+	return out, false, nil
+}
+
+// requestHeaders answers the request headers, setting set (if any) and the metadata.
+func requestHeaders(set []*corev3.HeaderValueOption, meta *structpb.Struct) *extprocv3.ProcessingResponse {
+	cr := &extprocv3.CommonResponse{}
+	if len(set) > 0 {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
+		cr.ClearRouteCache = true
+	}
+	return &extprocv3.ProcessingResponse{DynamicMetadata: meta,
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}}}
+}
+
+func header(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+}
+
+// destinationMetadata is {"envoy.lb": {"x-gateway-destination-endpoint": endpoint}}.
+func destinationMetadata(endpoint string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			MetadataKeyDestination: structpb.NewStringValue(endpoint)}})}}
+}
+
+// immediate is an ImmediateResponse with the gateway's OpenAI-style JSON error body.
+func immediate(status int, code, msg string) *extprocv3.ProcessingResponse {
+	typ := "invalid_request_error"
+	if status >= 500 {
+		typ = "server_error"
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": typ, "code": code}})
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header("content-type", "application/json")}},
+			Body:    body,
+			Details: "agentserve_epp_" + code,
+		}}}
+}
+
+// toRequest builds the http.Request Decide reads from Envoy's header map (pseudo-headers
+// :method, :path, :authority; values from raw_value or value).
+func toRequest(hm *corev3.HeaderMap) *http.Request {
+	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}
+	for _, h := range hm.GetHeaders() {
+		v := h.GetValue()
+		if len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
+		}
+		switch h.GetKey() {
+		case ":method":
+			r.Method = v
+		case ":path":
+			if u, err := url.ParseRequestURI(v); err == nil {
+				r.URL = u
+			}
+		case ":authority":
+			r.Host = v
+		default:
+			if !strings.HasPrefix(h.GetKey(), ":") {
+				r.Header.Add(h.GetKey(), v)
+			}
+		}
+	}
+	return r
+}
+
+// servedEndpoint returns envoy.lb/x-gateway-destination-endpoint-served ("" if absent).
+func servedEndpoint(md *corev3.Metadata) string {
+	return md.GetFilterMetadata()[MetadataNamespace].GetFields()[ServedKey].GetStringValue()
+}
+
+// subsetHint returns the set of endpoints of the data plane's subset hint, or nil when
+// the request carries none. A present but empty list gives an empty (non-nil) set.
+func subsetHint(md *corev3.Metadata) map[string]bool {
+	ns, ok := md.GetFilterMetadata()[SubsetNamespace]
+	if !ok {
+		return nil
+	}
+	v, ok := ns.GetFields()[SubsetKey]
+	if !ok {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, e := range v.GetListValue().GetValues() {
+		set[e.GetStringValue()] = true
+	}
+	return set
+}
