@@ -2,16 +2,9 @@ module github.com/agentserve/sessionaffinity/examples/extproc
 
 go 1.26.0
 
-replace (
-	github.com/agentserve/sessionaffinity => ../..
-	github.com/agentserve/sessionaffinity/examples => ..
-	github.com/agentserve/sessionaffinity/metrics/otel => ../../metrics/otel
-	github.com/agentserve/sessionaffinity/metrics/prometheus => ../../metrics/prometheus
-)
-
 require (
-	github.com/agentserve/sessionaffinity v0.0.0-00010101000000-000000000000
-	github.com/agentserve/sessionaffinity/examples v0.0.0-00010101000000-000000000000
+	github.com/agentserve/sessionaffinity v0.2.0
+	github.com/agentserve/sessionaffinity/examples v0.2.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stretchr/testify v1.12.1
@@ -22,8 +15,8 @@ require (
 )
 
 require (
-	github.com/agentserve/sessionaffinity/metrics/otel v0.0.0-00010101000000-000000000000 // indirect
-	github.com/agentserve/sessionaffinity/metrics/prometheus v0.0.0-00010101000000-000000000000 // indirect
+	github.com/agentserve/sessionaffinity/metrics/otel v0.2.0 // indirect
+	github.com/agentserve/sessionaffinity/metrics/prometheus v0.2.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect

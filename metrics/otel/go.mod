@@ -2,10 +2,8 @@ module github.com/agentserve/sessionaffinity/metrics/otel
 
 go 1.26.0
 
-replace github.com/agentserve/sessionaffinity => ../..
-
 require (
-	github.com/agentserve/sessionaffinity v0.0.0-00010101000000-000000000000
+	github.com/agentserve/sessionaffinity v0.2.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
