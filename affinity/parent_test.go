@@ -265,3 +265,32 @@ func TestPlacementString(t *testing.T) {
 	}
 	_ = health.Healthy
 }
+
+// AcquireWithParent: a first turn is leased on the parent's backend (a miss, counted as
+// parent-placed); Done releases the load; later turns are Acquire's hits.
+func TestAcquireWithParent(t *testing.T) {
+	f := newFixture(t, affinity.Config{})
+	bs := backends(t, 4)
+	pb := bindParentAwayFromChild(t, f, "child", "", bs)
+	l, p, err := f.s.AcquireWithParent("child", "parent", "", bs, 100)
+	require.NoError(t, err)
+	assert.Equal(t, affinity.PlacedParent, p)
+	assert.Equal(t, pb, l.Backend.ID())
+	assert.False(t, l.AffinityHit)
+	assert.Equal(t, affinity.OutcomeMiss, l.Outcome)
+	assert.Equal(t, int64(1), f.s.Load(pb).Requests, "the lease is charged to the parent's backend")
+	l.Done(affinity.DoneInfo{})
+	assert.Equal(t, int64(0), f.s.Load(pb).Requests, "Done releases it")
+
+	l, p, err = f.s.AcquireWithParent("child", "parent", "", bs, 100)
+	require.NoError(t, err)
+	assert.Equal(t, affinity.PlacedHit, p)
+	assert.True(t, l.AffinityHit)
+	l.Done(affinity.DoneInfo{})
+	st := f.s.Stats()
+	assert.Equal(t, uint64(1), st.ParentPlaced)
+	assert.Equal(t, uint64(1), st.Hits)
+
+	_, _, err = f.s.AcquireWithParent("child", "parent", "", bs, -1)
+	assert.ErrorIs(t, err, affinity.ErrInvalidCost)
+}
