@@ -198,6 +198,7 @@ func (x *exchange) release() {
 	if x.leased {
 		x.leased = false
 		x.s.inflight.Add(-1)
+		x.decision.Done() // ends the Scheduler's lease: the backend's outstanding load drops
 	}
 }
 

@@ -57,6 +57,7 @@ func exchange(t *testing.T, e *env, session string) (endpoint, hit string) {
 	assert.JSONEq(t, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, string(b.GetBody()))
 	assert.True(t, b.GetEndOfStream())
 	assert.Equal(t, 1, e.srv.InFlight())
+	assert.Equal(t, int64(1), e.g.Scheduler().Load(backendOf(e, endpoint)).Requests, "the pick is a Scheduler lease")
 
 	send(t, st, respHeaders(false))
 	rh := recv(t, st).GetResponseHeaders().GetResponse().GetHeaderMutation()
@@ -69,6 +70,7 @@ func exchange(t *testing.T, e *env, session string) (endpoint, hit string) {
 		assert.Equal(t, eos, sb.GetEndOfStream())
 	}
 	assert.Equal(t, 0, e.srv.InFlight(), "released at the end of the response stream")
+	assert.Equal(t, int64(0), e.g.Scheduler().Load(backendOf(e, endpoint)).Requests, "the lease is Done")
 	require.NoError(t, st.CloseSend())
 	_, err := st.Recv()
 	assert.ErrorIs(t, err, io.EOF)
@@ -221,6 +223,9 @@ func TestClientCancel(t *testing.T) {
 		require.Equal(t, 1, e.srv.InFlight())
 		cancel()
 		require.Eventually(t, func() bool { return e.srv.InFlight() == 0 }, 5e9, 1e6, "released on cancel")
+		for id := range e.endpoints {
+			assert.Zero(t, e.g.Scheduler().Load(id).Requests, "no lease left on %s", id)
+		}
 	})
 	t.Run("mid body", func(t *testing.T) {
 		st, cancel := e.open(t)
