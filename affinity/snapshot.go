@@ -17,11 +17,12 @@ import (
 // Snapshot errors (sentinels, like those in errors.go). A Restore that returns one of
 // them has stored nothing.
 var (
-	// ErrCorruptSnapshot: the snapshot is truncated, fails its checksum, or holds a
+	// ErrCorruptSnapshot: the snapshot is truncated (an input shorter than the 8-byte
+	// magic, empty included, counts as truncated), fails its checksum, or holds a
 	// record that cannot be a binding (empty session or backend ID, an oversized field).
 	ErrCorruptSnapshot = errors.New("affinity: corrupt binding snapshot")
-	// ErrSnapshotVersion: the input does not start with the magic "SAFSNAP1" (not a
-	// snapshot, or a format version this build does not read).
+	// ErrSnapshotVersion: the input holds a complete 8-byte header that is not the magic
+	// "SAFSNAP1" (not a snapshot, or a format version this build does not read).
 	ErrSnapshotVersion = errors.New("affinity: unsupported binding snapshot format")
 )
 
@@ -140,7 +141,8 @@ func (t *Table) Snapshot(w io.Writer) (int, error) {
 //     as a hit, miss or broken binding by Restore itself.
 //
 // The whole input is read and verified before anything is stored: a truncated or
-// damaged snapshot returns ErrCorruptSnapshot (an input without the magic
+// damaged snapshot returns ErrCorruptSnapshot (so does an input too short to hold the
+// 8-byte magic, empty included; a complete header other than the magic returns
 // ErrSnapshotVersion; an error from r is returned wrapped) and stores nothing.
 // Safe for concurrent use (each binding is stored under its shard's lock, like Bind).
 // Cost: O(records log records) time, the decoded records in memory while it runs.
@@ -212,9 +214,11 @@ func readSnapshot(r io.Reader) ([]Binding, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("affinity: read binding snapshot: %w", err)
 	}
-	if len(data) < len(SnapshotMagic) || string(data[:len(SnapshotMagic)]) != SnapshotMagic {
-		n := min(len(data), len(SnapshotMagic))
-		return nil, time.Time{}, fmt.Errorf("%w: header %q, want %q", ErrSnapshotVersion, data[:n], SnapshotMagic)
+	if len(data) < len(SnapshotMagic) {
+		return nil, time.Time{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte magic (truncated)", ErrCorruptSnapshot, len(data), len(SnapshotMagic))
+	}
+	if string(data[:len(SnapshotMagic)]) != SnapshotMagic {
+		return nil, time.Time{}, fmt.Errorf("%w: header %q, want %q", ErrSnapshotVersion, data[:len(SnapshotMagic)], SnapshotMagic)
 	}
 	if len(data) < len(SnapshotMagic)+8+1+4 {
 		return nil, time.Time{}, fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorruptSnapshot, len(data))
@@ -283,5 +287,7 @@ func readField(rd *bytes.Reader, max int, required bool) (string, error) {
 func (s *Scheduler) Snapshot(w io.Writer) (int, error) { return s.t.Snapshot(w) }
 
 // Restore loads bindings written by [Scheduler.Snapshot]; see [Table.Restore] for what is
-// kept, what is dropped and the errors (ErrCorruptSnapshot, ErrSnapshotVersion).
+// kept, what is dropped and the errors: ErrCorruptSnapshot for a damaged or truncated
+// input (empty, or shorter than the 8-byte header, included), ErrSnapshotVersion for a
+// complete header with another magic or version.
 func (s *Scheduler) Restore(r io.Reader) (int, error) { return s.t.Restore(r) }

@@ -138,7 +138,12 @@ func TestRestoreRejectsDamagedSnapshots(t *testing.T) {
 		data []byte
 		want error
 	}{
-		{"empty", nil, affinity.ErrSnapshotVersion},
+		{"empty", nil, affinity.ErrCorruptSnapshot},
+		{"empty slice", []byte{}, affinity.ErrCorruptSnapshot},
+		{"one byte", good[:1], affinity.ErrCorruptSnapshot},
+		{"magic cut", good[:7], affinity.ErrCorruptSnapshot},
+		{"short non-snapshot", []byte(`{}`), affinity.ErrCorruptSnapshot},
+		{"other magic, header only", []byte("SAFSNAP2"), affinity.ErrSnapshotVersion},
 		{"other format", []byte(`{"bindings":[]}`), affinity.ErrSnapshotVersion},
 		{"future version", append([]byte("SAFSNAP2"), good[8:]...), affinity.ErrSnapshotVersion},
 		{"header only", good[:12], affinity.ErrCorruptSnapshot},
