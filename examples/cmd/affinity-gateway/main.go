@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,15 +27,26 @@ import (
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
+// commandName names the command in its usage text ("Usage of affinity-gateway:").
+const commandName = "affinity-gateway"
+
+// activeHealth is the effective health.enabled of cfg: an unset value (nil) means on.
+func activeHealth(cfg gateway.Config) bool {
+	return cfg.Health.Enabled == nil || *cfg.Health.Enabled
+}
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", strings.TrimPrefix(err.Error(), "gateway: "))
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+// run is the command: args without the program name; usage, flag errors and logs go
+// to stderr.
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(commandName, flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	configPath := fs.String("config", "configs/gateway.yaml", "path to the YAML configuration")
 	listen := fs.String("listen", "", "override the configured listen address (host:port)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -50,7 +62,7 @@ func run(args []string) error {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
 	cfg, err := gateway.LoadConfig(*configPath)
 	if err != nil {
@@ -98,7 +110,7 @@ func run(args []string) error {
 		go func() { _ = g.WatchConfig(ctx, *configPath, t.C, override) }()
 	}
 	logger.Info("gateway listening", "listen", cfg.Listen, "backends", len(cfg.Backends),
-		"active_health", cfg.Health.Enabled, "session_headers", cfg.SessionHeaders)
+		"active_health", activeHealth(cfg), "session_headers", cfg.SessionHeaders)
 	if err := g.ListenAndServe(ctx); err != nil {
 		return err
 	}

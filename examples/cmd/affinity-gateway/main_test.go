@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -58,7 +59,7 @@ func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	write("b0", urls[0])
 
 	done := make(chan error, 1)
-	go func() { done <- run([]string{"-config", cfgPath, "-log-level", "error"}) }()
+	go func() { done <- run([]string{"-config", cfgPath, "-log-level", "error"}, io.Discard) }()
 	backendOf := func() string {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(`{}`))
 		req.Header.Set("X-Session-ID", "s1")
@@ -88,4 +89,63 @@ func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	id, ok := s.Lookup("s1", "")
 	require.True(t, ok)
 	require.Equal(t, "b1", id)
+}
+
+// -h prints the usage under the command's own name and is not an error.
+func TestUsageNamesTheCommand(t *testing.T) {
+	var out strings.Builder
+	require.NoError(t, run([]string{"-h"}, &out))
+	require.Contains(t, out.String(), "Usage of affinity-gateway:")
+	require.NotContains(t, out.String(), "Usage of gateway:")
+	require.Contains(t, out.String(), "-config")
+}
+
+// The startup line logs the effective health.enabled as a boolean, not a pointer.
+func TestStartupLogShowsActiveHealthAsBool(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unset means on", "", "active_health=true"},
+		{"on", "health: {enabled: true}\n", "active_health=true"},
+		{"off", "health: {enabled: false}\n", "active_health=false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The listen address is taken, so run logs the startup line and then fails.
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer busy.Close()
+			cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
+			cfg := fmt.Sprintf("listen: %s\nbackends:\n  - {id: b0, url: \"http://127.0.0.1:1\"}\n%s", busy.Addr(), tt.yaml)
+			require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
+			var out strings.Builder
+			err = run([]string{"-config", cfgPath}, &out)
+			require.Error(t, err)
+			line := ""
+			for l := range strings.Lines(out.String()) {
+				if strings.Contains(l, "gateway listening") {
+					line = l
+				}
+			}
+			require.NotEmpty(t, line, "startup line missing in:\n%s", out.String())
+			require.Contains(t, line, tt.want)
+			require.NotContains(t, line, "active_health=0x")
+		})
+	}
+}
+
+func TestActiveHealth(t *testing.T) {
+	on, off := true, false
+	tests := []struct {
+		name    string
+		enabled *bool
+		want    bool
+	}{{"nil", nil, true}, {"true", &on, true}, {"false", &off, false}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cfg gateway.Config
+			cfg.Health.Enabled = tt.enabled
+			require.Equal(t, tt.want, activeHealth(cfg))
+		})
+	}
 }
