@@ -1,0 +1,74 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// errorCodeOf returns the "code" of an OpenAI-style JSON error body.
+func errorCodeOf(t *testing.T, body string) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	return e.Error.Code
+}
+
+// The gateway's own JSON errors written before a backend is chosen carry no
+// X-Agent-Serve-* headers; see the README.
+func TestGatewayErrorsBeforeChoiceCarryNoRoutingHeaders(t *testing.T) {
+	sid := map[string]string{"X-Session-ID": "s1"}
+	tests := []struct {
+		name    string
+		extra   string
+		body    string
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"invalid json", "", `{`, sid, http.StatusBadRequest, "invalid_json"},
+		{"unknown tier", "", `{}`, map[string]string{"X-Session-ID": "s1", "X-Agent-Serve-Tier": "nope"}, http.StatusBadRequest, "unknown_tier"},
+		{"missing session", "require_session: true\n", `{}`, nil, http.StatusBadRequest, "missing_session_id"},
+		{"too large", "max_body_bytes: 16\n", `{"model":"m","messages":[]}`, sid, http.StatusRequestEntityTooLarge, "request_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, tt.extra)
+			rec := do(t, g, "/v1/chat/completions", tt.body, tt.headers)
+			require.Equal(t, tt.status, rec.Code, rec.Body.String())
+			assert.Equal(t, tt.code, errorCodeOf(t, rec.Body.String()))
+			assert.Empty(t, rec.Header().Get(gateway.HeaderBackend))
+			assert.Empty(t, rec.Header().Get(gateway.HeaderAffinityHit))
+		})
+	}
+}
+
+// A 502 backend_unavailable (like a 504 backend_timeout) is written after a backend was
+// chosen: it names that backend in X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit.
+func TestGatewayErrorAfterChoiceNamesTheBackend(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close()
+	cfg, err := gateway.ParseConfig([]byte("retry_on_connect_error: false\nhealth: {enabled: false}\nbackends:\n  - {id: dead, url: \"" + url + "\"}\n"))
+	require.NoError(t, err)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	rec := do(t, g, "/v1/chat/completions", `{"model":"m"}`, map[string]string{"X-Session-ID": "s1"})
+	require.Equal(t, http.StatusBadGateway, rec.Code, rec.Body.String())
+	assert.Equal(t, "backend_unavailable", errorCodeOf(t, rec.Body.String()))
+	assert.Equal(t, "dead", rec.Header().Get(gateway.HeaderBackend))
+	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit))
+	assert.True(t, strings.Contains(rec.Body.String(), `backend \"dead\"`), rec.Body.String())
+}
