@@ -361,7 +361,7 @@ func (c Config) Validate() error {
 	seen := make(map[string]int, len(c.Backends))
 	for i, b := range c.Backends {
 		if strings.TrimSpace(b.ID) == "" {
-			return invalid(ErrBackendID, "backends[%d].id: %q", i, b.ID)
+			return invalid(ErrBackendID, "backends[%d].id: %q: is empty; every backend needs a non-blank id", i, b.ID)
 		}
 		if j, dup := seen[b.ID]; dup {
 			return invalid(ErrDuplicateBackend, "backends[%d].id: %q already used by backends[%d]", i, b.ID, j)
@@ -379,11 +379,11 @@ func (c Config) Validate() error {
 	}
 	for i, h := range c.SessionHeaders {
 		if !validHeaderName(h) {
-			return invalid(ErrHeaderName, "session_headers[%d]: %q", i, h)
+			return invalid(ErrHeaderName, "session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
 		}
 	}
 	if !validHeaderName(c.TierHeader) {
-		return invalid(ErrHeaderName, "tier_header: %q", c.TierHeader)
+		return invalid(ErrHeaderName, "tier_header: %q: %s", c.TierHeader, headerNameProblem(c.TierHeader))
 	}
 	for model, tier := range c.ModelTiers {
 		if tier == "" {
@@ -422,11 +422,11 @@ func (c Config) Validate() error {
 	}
 	for i, h := range c.ParentSessionHeaders {
 		if !validHeaderName(h) {
-			return invalid(ErrHeaderName, "parent_session_headers[%d]: %q", i, h)
+			return invalid(ErrHeaderName, "parent_session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
 		}
 	}
 	if h := c.Tenant.Header; h != "" && !validHeaderName(h) {
-		return invalid(ErrHeaderName, "tenant.header: %q", h)
+		return invalid(ErrHeaderName, "tenant.header: %q: %s", h, headerNameProblem(h))
 	}
 	if c.Tenant.CacheSalt && !c.Tenant.APIKey && c.Tenant.Header == "" {
 		return invalid(ErrTenantConfig, "tenant.cache_salt: true needs a tenant source (tenant.api_key or tenant.header)")
@@ -458,6 +458,14 @@ func checkBackendURL(raw string) error {
 		return fmt.Errorf("query and fragment are not allowed")
 	}
 	return nil
+}
+
+// headerNameProblem says why s (which validHeaderName rejected) is not a header name.
+func headerNameProblem(s string) string {
+	if s == "" {
+		return "is empty; want an HTTP header name"
+	}
+	return "not a valid HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~; no spaces or colons)"
 }
 
 // validHeaderName reports whether s is a non-empty RFC 9110 token.
