@@ -152,6 +152,8 @@ func TestImmediateResponses(t *testing.T) {
 		{name: "malformed JSON body", body: `{"model":`, status: 400, code: "invalid_json"},
 		{name: "body is not an object", body: `[1,2]`, status: 400, code: "invalid_json"},
 		{name: "model is not a string", body: `{"model":7}`, status: 400, code: "invalid_json"},
+		{name: "gzip-encoded JSON body", first: reqHeaders("POST", chatPath, false, duplex, "content-type", "application/json",
+			"content-encoding", "gzip", "x-session-id", "s1"), body: `{"model":"m"}`, status: 415, code: "unsupported_content_encoding"},
 		{name: "body over max_body_bytes", yaml: backendsYAML + "max_body_bytes: 16\n",
 			body: `{"model":"m","messages":[{"role":"user"}]}`, status: 413, code: "request_too_large"},
 		{name: "session ID too long", yaml: backendsYAML + "affinity: {max_session_id_bytes: 4}\n",

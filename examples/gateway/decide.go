@@ -52,7 +52,8 @@ var ErrRequest = errors.New("gateway: bad request")
 // restricts the candidates to the backends for which allow(id) is true (an empty
 // subset is a 503, affinity.ErrNoCandidates).
 //
-// Errors are *[RequestError]: 400 for a malformed JSON body, an unknown tier, a session
+// Errors are *[RequestError]: 415 unsupported_content_encoding for a JSON body sent with
+// a Content-Encoding other than identity, 400 for a malformed JSON body, an unknown tier, a session
 // ID too long or missing with require_session; 503 when no backend is eligible. The
 // Scheduler counts the decision (hit or miss) as for a proxied request. Safe for
 // concurrent use. The decision holds a lease on the backend until Decision.Done.
@@ -60,7 +61,8 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 	rt := g.state()
 	model, err := parseModel(r, body)
 	if err != nil {
-		return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
+		status, code := bodyStatus(err)
+		return Decision{}, &RequestError{status, code, fmt.Errorf("%w: %w", ErrRequest, err)}
 	}
 	session, parent := rt.sessionID(r), rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)

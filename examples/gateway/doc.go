@@ -16,6 +16,11 @@
 //     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
 //     non-multipart Content-Type; its "model" is read. Other bodies pass unparsed.
+//     Such a body sent with a Content-Encoding other than identity gets a JSON 415
+//     unsupported_content_encoding with Accept-Encoding: identity (RFC 9110 §15.5.16):
+//     the gateway does not decompress request bodies (a decision where the issue was
+//     silent: decompression would need its own size limits, and OpenAI-compatible
+//     clients send plain JSON).
 //  3. The session ID is the value of the first header of session_headers present on
 //     the request (see [DefaultSessionHeaders]; the order is the check order). The parent
 //     session ID is the first of parent_session_headers ([DefaultParentSessionHeaders]:

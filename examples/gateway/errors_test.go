@@ -72,3 +72,49 @@ func TestGatewayErrorAfterChoiceNamesTheBackend(t *testing.T) {
 	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit))
 	assert.True(t, strings.Contains(rec.Body.String(), `backend \"dead\"`), rec.Body.String())
 }
+
+// A JSON body sent with a Content-Encoding other than identity is not parsed as raw
+// JSON (that gave a misleading 400 invalid_json): it gets a 415 naming the encoding.
+func TestCompressedJSONBodyIs415(t *testing.T) {
+	tests := []struct {
+		name, encoding, contentType, path string
+		status                            int
+		code                              string
+	}{
+		{"gzip", "gzip", "application/json", "/v1/chat/completions", http.StatusUnsupportedMediaType, "unsupported_content_encoding"},
+		{"br, no content type", "br", "", "/v1/chat/completions", http.StatusUnsupportedMediaType, "unsupported_content_encoding"},
+		{"zstd on a +json type", "zstd", "application/vnd.x+json", "/v1/other", http.StatusUnsupportedMediaType, "unsupported_content_encoding"},
+		{"identity is plain", "identity", "application/json", "/v1/chat/completions", http.StatusOK, ""},
+		{"IDENTITY any case", " IDENTITY ", "application/json", "/v1/chat/completions", http.StatusOK, ""},
+		{"not inspected: passed through", "gzip", "application/octet-stream", "/v1/files", http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, "")
+			req := httptest.NewRequest(http.MethodPost, tt.path, strings.NewReader(`{"model":"m","messages":[]}`))
+			if tt.contentType != "" {
+				req.Header.Set("Content-Type", tt.contentType)
+			}
+			req.Header.Set("Content-Encoding", tt.encoding)
+			req.Header.Set("X-Session-ID", "s1")
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			require.Equal(t, tt.status, rec.Code, rec.Body.String())
+			if tt.code == "" {
+				assert.NotEmpty(t, rec.Header().Get(gateway.HeaderBackend))
+				return
+			}
+			assert.Equal(t, tt.code, errorCodeOf(t, rec.Body.String()))
+			assert.Contains(t, rec.Body.String(), `Content-Encoding \"`+tt.encoding+`\"`)
+			assert.Equal(t, "identity", rec.Header().Get("Accept-Encoding"))
+			assert.Empty(t, rec.Header().Get(gateway.HeaderBackend))
+
+			d, err := g.Decide(req, []byte(`{"model":"m"}`), nil)
+			var re *gateway.RequestError
+			require.ErrorAs(t, err, &re)
+			assert.Equal(t, http.StatusUnsupportedMediaType, re.Status)
+			assert.Equal(t, tt.code, re.Code)
+			assert.Nil(t, d.Done)
+		})
+	}
+}

@@ -51,7 +51,11 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 
 	model, err := parseModel(r, body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
+		status, code := bodyStatus(err)
+		if status == http.StatusUnsupportedMediaType {
+			w.Header().Set("Accept-Encoding", "identity") // RFC 9110 §15.5.16
+		}
+		writeError(w, status, code, err.Error())
 		return
 	}
 	session, parent := rt.sessionID(r), rt.parentSessionID(r)
@@ -252,6 +256,9 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	} else if len(body) == 0 && !isJSONEndpoint(r.URL.Path) {
 		return "", nil // a bodiless POST that claims no type
 	}
+	if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
+		return "", &contentEncodingError{encoding: ce}
+	}
 	if len(body) == 0 {
 		return "", errors.New("malformed JSON request body: empty body")
 	}
@@ -285,6 +292,27 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 		return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", req.Model)
 	}
 	return model, nil
+}
+
+// contentEncodingError: a body the gateway must read to route (parseModel) arrived with a
+// Content-Encoding other than identity. The gateway does not decompress request bodies
+// (a decision: it would need its own decompression-bomb limits; clients of
+// OpenAI-compatible servers send plain JSON), so the client gets a 415.
+type contentEncodingError struct{ encoding string }
+
+func (e *contentEncodingError) Error() string {
+	return fmt.Sprintf("unsupported Content-Encoding %q: the gateway reads the JSON request body to route it; send it uncompressed (identity)",
+		truncate(e.encoding, 64))
+}
+
+// bodyStatus maps a parseModel error to an HTTP status and error code: 415
+// unsupported_content_encoding for a compressed body, 400 invalid_json otherwise.
+func bodyStatus(err error) (int, string) {
+	var ce *contentEncodingError
+	if errors.As(err, &ce) {
+		return http.StatusUnsupportedMediaType, "unsupported_content_encoding"
+	}
+	return http.StatusBadRequest, "invalid_json"
 }
 
 // isJSONEndpoint reports whether path is one of the OpenAI-compatible POST endpoints
