@@ -18,6 +18,7 @@ type options struct {
 	rec    metrics.Recorder
 	health *health.Set
 	log    *slog.Logger
+	store  storeOptions // WithStore, WithStoreTimeouts (store.go)
 }
 
 type optionFunc func(*options)

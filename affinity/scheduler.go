@@ -26,6 +26,7 @@ type Scheduler struct {
 	log    *slog.Logger // nil: no logging
 	nodes  sync.Pool    // *[]hrw.Node scratch for misses over more than pickInline candidates
 	ld     *loadState   // leases and load awareness (lease.go)
+	store  *storeState  // nil: no shared store (store.go)
 }
 
 // New validates cfg and returns a Scheduler. Errors wrap ErrInvalidConfig and name the
@@ -39,7 +40,15 @@ func New(cfg Config, opts ...Option) (*Scheduler, error) {
 	if o.health == nil {
 		o.health = health.NewSet()
 	}
-	return &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log, ld: newLoadState(r.load, o.rec)}, nil
+	st, err := newStoreState(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log, ld: newLoadState(r.load, o.rec), store: st}
+	if st != nil {
+		st.st.Watch(s.invalidate)
+	}
+	return s, nil
 }
 
 // Health returns the health set the Scheduler reads (the one given to WithHealth, or its
@@ -241,13 +250,15 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 
 	now := t.clock.now()
 	w, wst := -1, health.Healthy
+	var d decision
+	consulted := false // d holds the shared store's decision (store.go)
 	for {
 		sh.mu.Lock()
 		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 		found := i != 0
 		var reason metrics.Reason
 		var boundID string
-		if found {
+		if found && !consulted {
 			e := sh.at(i)
 			if now-e.lastUse < t.ttls[e.class] {
 				slot := &sh.slots[e.slot]
@@ -262,9 +273,14 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 				case s.state(slot.id) == health.Down:
 					reason = metrics.ReasonUnhealthy
 				default: // hit (also the losers of concurrent first turns)
+					refresh := s.store != nil && refreshDue(kh, e.lastUse, now, t.ttls[e.class])
+					ttl := t.ttls[e.class]
 					sh.touch(i, e, now)
 					sh.c.hits++
 					sh.mu.Unlock()
+					if refresh {
+						s.refresh(kh, tier, boundID, ttl)
+					}
 					s.rec.Hit(tier)
 					return candidates[ci], true, nil
 				}
@@ -278,7 +294,18 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 			if w, wst, err = s.pick(kh, candidates); err != nil {
 				return Backend{}, false, err
 			}
+			if s.store != nil {
+				d, consulted = s.consult(kh, tier, candidates, w, t.ttls[cls], now)
+			}
 			continue
+		}
+		if consulted {
+			if s.state(candidates[d.idx].node.ID()) == health.Down {
+				sh.mu.Unlock()
+				w, consulted = -1, false
+				continue
+			}
+			return s.bindDecided(sh, i, kh, tier, sessionID, cls, candidates, d, now)
 		}
 		// Re-check the winner under the lock that inserts: OnBackendDown marks Down
 		// before it drops bindings shard by shard under each shard's lock, so either it
@@ -399,8 +426,16 @@ func (s *Scheduler) OnHealthChange(tr health.Transition) {
 }
 
 // Forget deletes the binding of (sessionID, tier) — for a session that ended — and
-// reports whether there was one. Counts nothing. O(1), 0 allocs.
-func (s *Scheduler) Forget(sessionID, tier string) bool { return s.t.Delete(sessionID, tier) }
+// reports whether there was one. Counts nothing. O(1), 0 allocs. With a shared store
+// (WithStore) it also deletes the shared binding (one bounded store call) and every
+// replica drops its copy.
+func (s *Scheduler) Forget(sessionID, tier string) bool {
+	ok := s.t.Delete(sessionID, tier)
+	if s.store != nil && s.t.checkKey(sessionID, tier) == nil {
+		s.forget(hrw.KeyHash(sessionID), tier)
+	}
+	return ok
+}
 
 // Lookup returns the backend ID of the valid (unexpired) binding of (sessionID, tier). It
 // never extends the TTL, checks neither health nor candidates, counts nothing, and leaves

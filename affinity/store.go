@@ -1,0 +1,273 @@
+package affinity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentserve/sessionaffinity/health"
+	"github.com/agentserve/sessionaffinity/hrw"
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// Defaults of [WithStoreTimeouts].
+const (
+	// DefaultStoreTimeout bounds each call to a shared [Store] on the miss path: far
+	// below the time of a prefill, far above a round trip to a Redis on the same network.
+	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultStoreRetryAfter is how long the Scheduler leaves the store alone after a
+	// failed call before it tries again (it decides locally meanwhile).
+	DefaultStoreRetryAfter = time.Second
+	// StoreRefreshDivisor: a hit refreshes the store's TTL of its binding at most once per
+	// TTL/StoreRefreshDivisor per session and replica; the store keeps a binding for
+	// TTL + TTL/StoreRefreshDivisor after its last refresh so that it never expires in
+	// the store while a replica still honours it.
+	StoreRefreshDivisor = 8
+)
+
+// StoreKey names one binding in a shared [Store]: hashes only, never the session ID or
+// the tier themselves. Session is hrw.KeyHash(sessionID) and Tier is hrw.KeyHash(tier),
+// the documented, unseeded xxh3 hash, so every replica (and a gateway in another
+// language) derives the same key. Two sessions whose IDs share a 64-bit hash share a
+// binding (about 3e-8 for a million live sessions): they land on one backend, nothing
+// breaks.
+type StoreKey struct {
+	Session uint64
+	Tier    uint64
+}
+
+// Store is a binding table shared by several Schedulers (gateway replicas), for example
+// package affinity/redisstore. The Scheduler's own table stays in front of it as the
+// near-cache: a local hit never calls the store (except [Store.Refresh], at most once per
+// TTL/8 per session); a local miss calls it once (Claim) and, only when the shared
+// binding is broken in this replica's view, a second time (Rebind). Values are backend
+// IDs only.
+//
+// Implementations must be safe for concurrent use and honour ctx (the Scheduler gives
+// each call [DefaultStoreTimeout] or the WithStoreTimeouts value). An error makes the
+// Scheduler decide from its local table alone, count the error and leave the store alone
+// for a while; it never fails a request.
+type Store interface {
+	// Claim binds key to backendID for ttl if the key has no binding and returns
+	// (backendID, true); otherwise it extends the existing binding's ttl and returns
+	// (its backend, false). It must be atomic (two replicas claiming at once: one wins).
+	Claim(ctx context.Context, key StoreKey, backendID string, ttl time.Duration) (bound string, claimed bool, err error)
+	// Rebind is a compare-and-set: if key is bound to old (or to nothing) it binds it to
+	// backendID for ttl, tells every replica's Watch function, and returns (backendID,
+	// true); otherwise it returns (the current backend, false) and changes nothing.
+	Rebind(ctx context.Context, key StoreKey, old, backendID string, ttl time.Duration) (bound string, rebound bool, err error)
+	// Refresh extends the binding of key to backendID by ttl, re-creating it if the store
+	// lost it. If key is bound to another backend it changes nothing and calls the Watch
+	// function of this replica with that backend, so that the local copy is dropped. It
+	// is called on the hit path and must not block: queue the work.
+	Refresh(key StoreKey, backendID string, ttl time.Duration)
+	// Forget deletes the binding of key and tells every replica's Watch function (with
+	// backendID "").
+	Forget(ctx context.Context, key StoreKey) error
+	// Watch registers fn, called (from the store's own goroutine) for every binding of
+	// key that some replica rebound to backendID ("" when forgotten). The Scheduler
+	// registers itself once in New; fn is cheap and never blocks.
+	Watch(fn func(key StoreKey, backendID string))
+}
+
+type storeOptions struct {
+	st         Store
+	timeout    time.Duration
+	retryAfter time.Duration
+}
+
+// WithStore puts a shared binding [Store] behind the Scheduler's table (see [Store] for
+// what it is asked and when). nil keeps the default: no store, every decision local,
+// exactly as without this option. Ignored by NewTable. New registers the Scheduler with
+// st.Watch; one store serves one Scheduler.
+func WithStore(st Store) Option { return optionFunc(func(o *options) { o.store.st = st }) }
+
+// WithStoreTimeouts sets the bound of each store call on the miss path (0: 50 ms,
+// [DefaultStoreTimeout]) and how long the store is skipped after an error (0: 1 s,
+// [DefaultStoreRetryAfter]). Negative values make New fail with ErrInvalidConfig.
+func WithStoreTimeouts(timeout, retryAfter time.Duration) Option {
+	return optionFunc(func(o *options) { o.store.timeout, o.store.retryAfter = timeout, retryAfter })
+}
+
+// storeState is the Scheduler's side of a Store.
+type storeState struct {
+	st         Store
+	timeout    time.Duration
+	retryAfter int64        // nanoseconds
+	skipUntil  atomic.Int64 // clock nanos: no store calls before (0: none)
+	errors     atomic.Uint64
+	srec       metrics.StoreRecorder // nil: the Recorder does not count store errors
+}
+
+func newStoreState(o options) (*storeState, error) {
+	so := o.store
+	if so.st == nil {
+		return nil, nil
+	}
+	if so.timeout < 0 || so.retryAfter < 0 {
+		return nil, fmt.Errorf("%w: store timeouts: %v, %v must not be negative", ErrInvalidConfig, so.timeout, so.retryAfter)
+	}
+	ss := &storeState{st: so.st, timeout: so.timeout, retryAfter: int64(so.retryAfter)}
+	if ss.timeout == 0 {
+		ss.timeout = DefaultStoreTimeout
+	}
+	if ss.retryAfter == 0 {
+		ss.retryAfter = int64(DefaultStoreRetryAfter)
+	}
+	ss.srec, _ = o.rec.(metrics.StoreRecorder)
+	return ss, nil
+}
+
+// StoreErrors returns how many store calls failed (each one decided locally instead).
+// 0 without a store. One atomic load.
+func (s *Scheduler) StoreErrors() uint64 {
+	if s.store == nil {
+		return 0
+	}
+	return s.store.errors.Load()
+}
+
+func (ss *storeState) fail(op string, now int64) {
+	ss.errors.Add(1)
+	ss.skipUntil.Store(now + ss.retryAfter)
+	if ss.srec != nil {
+		ss.srec.StoreError(op)
+	}
+}
+
+// storeTTL is the TTL a binding gets in the store: the sticky TTL plus one refresh
+// period, so that hits refreshing at most once per period keep it alive.
+func storeTTL(ttl int64) time.Duration {
+	return time.Duration(ttl + ttl/StoreRefreshDivisor)
+}
+
+// refreshDue reports whether a hit at now, on a binding last used at prev, crosses a
+// refresh period boundary. Periods are TTL/8 long and offset per session by its hash, so
+// that sessions bound at the same moment do not refresh at the same moment.
+func refreshDue(kh uint64, prev, now, ttl int64) bool {
+	step := ttl / StoreRefreshDivisor
+	if step <= 0 {
+		return true
+	}
+	off := int64(kh % uint64(step))
+	return (prev+off)/step != (now+off)/step
+}
+
+// decision is the outcome of consulting the store on a local miss.
+type decision struct {
+	idx    int            // candidate to bind and return
+	hit    bool           // the fleet's binding was adopted
+	reason metrics.Reason // a broken shared binding this call rebound (0: none)
+	from   string         // its old backend
+}
+
+// consult asks the store which backend the session is bound to across the fleet, given
+// this replica's HRW winner w. ok=false: no store, the store is skipped after an error,
+// or this call failed (counted): decide locally.
+func (s *Scheduler) consult(kh uint64, tier string, cands []Backend, w int, ttl int64, now int64) (d decision, ok bool) {
+	ss := s.store
+	if ss.skipUntil.Load() > now {
+		return d, false
+	}
+	key := StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}
+	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
+	defer cancel()
+	win := cands[w].node.ID()
+	cur, claimed, err := ss.st.Claim(ctx, key, win, storeTTL(ttl))
+	if err != nil {
+		ss.fail(metrics.StoreOpClaim, now)
+		return d, false
+	}
+	if claimed {
+		return decision{idx: w}, true
+	}
+	for range 3 { // each round: another replica rebound in between
+		ci, _ := findBackend(cands, hrw.NodeHash(cur), cur)
+		if ci >= 0 && s.state(cur) != health.Down {
+			return decision{idx: ci, hit: true}, true
+		}
+		if cur == win { // our winner turned Down meanwhile: let the caller start over
+			return d, false
+		}
+		reason := metrics.ReasonUnhealthy
+		if ci < 0 {
+			reason = metrics.ReasonNotCandidate
+		}
+		var rebound bool
+		old := cur
+		cur, rebound, err = ss.st.Rebind(ctx, key, old, win, storeTTL(ttl))
+		if err != nil {
+			ss.fail(metrics.StoreOpRebind, now)
+			return d, false
+		}
+		if rebound {
+			return decision{idx: w, reason: reason, from: old}, true
+		}
+	}
+	return d, false
+}
+
+// refresh queues the store refresh of a hit's binding.
+func (s *Scheduler) refresh(kh uint64, tier, backendID string, ttl int64) {
+	s.store.st.Refresh(StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}, backendID, storeTTL(ttl))
+}
+
+// forget tells the store that a session ended.
+func (s *Scheduler) forget(kh uint64, tier string) {
+	ss := s.store
+	now := s.t.clock.now()
+	if ss.skipUntil.Load() > now {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
+	defer cancel()
+	if ss.st.Forget(ctx, StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}) != nil {
+		ss.fail(metrics.StoreOpForget, now)
+	}
+}
+
+// invalidate drops this replica's copy of the binding key unless it is already bound to
+// backendID (so a replica ignores the echo of its own rebind). Registered with
+// Store.Watch; counts nothing.
+func (s *Scheduler) invalidate(key StoreKey, backendID string) {
+	s.t.dropHashed(key.Session, key.Tier, backendID)
+}
+
+// bindDecided stores the store's decision d in the local table (replacing entry i if
+// non-zero, uncounted: the store's decision supersedes it), counts it and returns the
+// chosen candidate. Called with sh locked; unlocks it.
+func (s *Scheduler) bindDecided(sh *shard, i uint32, kh uint64, tier, sessionID string, cls uint8, cands []Backend, d decision, now int64) (Backend, bool, error) {
+	if i != 0 {
+		sh.remove(i)
+	}
+	b := &cands[d.idx].node
+	evTier, ev := sh.insert(s.t, uint32(kh), tier, sessionID, cls, b.ID(), b.Hash(), now)
+	if d.hit {
+		sh.c.hits++
+	} else {
+		sh.c.misses++
+	}
+	if d.reason != 0 {
+		sh.c.broken[d.reason]++
+	}
+	sh.mu.Unlock()
+	if d.reason != 0 {
+		s.rec.Broken(tier, d.reason)
+		if s.log != nil {
+			s.log.LogAttrs(context.Background(), slog.LevelDebug, "affinity: broken shared binding rebound",
+				slog.String("tier", tier), slog.String("reason", d.reason.String()),
+				slog.String("from", d.from), slog.String("to", b.ID()))
+		}
+	}
+	if ev {
+		s.rec.Evicted(evTier)
+	}
+	if d.hit {
+		s.rec.Hit(tier)
+	} else {
+		s.rec.Miss(tier)
+	}
+	return cands[d.idx], d.hit, nil
+}
