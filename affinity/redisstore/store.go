@@ -1,0 +1,490 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/metrics"
+)
+
+// ErrClosed is returned by calls on a closed Store.
+var ErrClosed = errors.New("redisstore: store closed")
+
+// Compile-time check.
+var _ affinity.Store = (*Store)(nil)
+
+// Lua scripts: each one is atomic on the server and costs one round trip (EVALSHA).
+var (
+	// claim: adopt and extend an existing binding, or create it (SET PX).
+	claimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {0, v}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1, ARGV[1]}`)
+	// rebind: compare-and-set old -> new (also when absent), then publish the change.
+	rebindScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then
+  return {0, v}
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return {1, ARGV[2]}`)
+	// refresh: extend the binding if it is ours, re-create it if lost; return the value.
+	refreshScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return v`)
+	// forget: delete and publish.
+	forgetScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1`)
+)
+
+// refreshQueue is the capacity of the queue of pending refreshes; a refresh that finds
+// it full is dropped and counted as an error (the binding is refreshed by a later hit
+// or re-created by the next miss).
+const refreshQueue = 8192
+
+// refreshBatch is the most refreshes sent in one pipeline.
+const refreshBatch = 256
+
+type refreshReq struct {
+	key     affinity.StoreKey
+	backend string
+	ttl     time.Duration
+	flushed chan struct{} // non-nil: a Flush marker, closed once the refreshes before it are sent
+}
+
+// Option configures [New]: code seams only.
+type Option interface{ apply(*Store) }
+
+type optionFunc func(*Store)
+
+func (f optionFunc) apply(s *Store) { f(s) }
+
+// WithRecorder counts the store's own failures (background refreshes and the
+// subscription; op "refresh", "watch") in r. The Scheduler counts the failures of the
+// calls it makes through its Recorder. nil: not counted (still in [Store.Errors]).
+func WithRecorder(r metrics.StoreRecorder) Option {
+	return optionFunc(func(s *Store) { s.rec = r })
+}
+
+// Store is an [affinity.Store] on Redis. Create it with [New], pass it to the Scheduler
+// with the options from [Store.SchedulerOptions], and [Store.Close] it after the
+// Scheduler's last call. All methods are safe for concurrent use.
+//
+// It runs two goroutines until Close: the invalidation subscriber and the refresh
+// worker.
+type Store struct {
+	cfg     resolved
+	client  redis.UniversalClient
+	channel string
+	self    string // this store's ID in Sync markers
+	rec     metrics.StoreRecorder
+
+	mu      sync.Mutex
+	watch   []func(affinity.StoreKey, string)
+	syncs   map[string]chan struct{}
+	syncSeq uint64
+
+	refreshes chan refreshReq
+	errors    atomic.Uint64
+	dropped   atomic.Uint64
+	received  atomic.Uint64
+
+	ps        *redis.PubSub
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+// New validates cfg and returns a Store with its background goroutines running. It does
+// not wait for Redis: a server that is down now is retried in the background and every
+// request-path call fails fast until it is back (see [Store.Ping] to check at startup).
+// Errors wrap ErrInvalidConfig.
+func New(cfg Config, opts ...Option) (*Store, error) {
+	r, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	uo := &redis.UniversalOptions{
+		Addrs:                 []string{r.Address},
+		Username:              r.Username,
+		Password:              r.password,
+		DB:                    r.DB,
+		TLSConfig:             r.tls,
+		DialTimeout:           r.dial,
+		ReadTimeout:           r.dial,
+		WriteTimeout:          r.dial,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1, // the request path has 50 ms: never retry inside it
+		IsClusterMode:         r.Cluster,
+		DisableIdentity:       true,
+	}
+	s := &Store{
+		cfg:       r,
+		client:    redis.NewUniversalClient(uo),
+		channel:   r.Prefix + "invalidate",
+		self:      hex.EncodeToString(id[:]),
+		syncs:     map[string]chan struct{}{},
+		refreshes: make(chan refreshReq, refreshQueue),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(s)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.ps = s.client.Subscribe(ctx, s.channel)
+	s.done.Add(2)
+	go s.subscribe(ctx, s.ps)
+	go s.refreshLoop(ctx)
+	return s, nil
+}
+
+// SchedulerOptions returns the affinity options that connect a Scheduler to s:
+// WithStore(s) and WithStoreTimeouts with the configured timeout and retry interval.
+func (s *Store) SchedulerOptions() []affinity.Option {
+	return []affinity.Option{affinity.WithStore(s), affinity.WithStoreTimeouts(s.cfg.timeout, s.cfg.retryAfter)}
+}
+
+// Close stops the background goroutines and closes the connections. Idempotent; later
+// calls of other methods fail with ErrClosed (Refresh is dropped).
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.cancel()
+		_ = s.ps.Close() // a blocked receive does not watch ctx: closing unblocks it
+		s.done.Wait()
+		err = s.client.Close()
+	})
+	return err
+}
+
+// Ping checks that Redis answers within the configured timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	return s.client.Ping(ctx).Err()
+}
+
+// Key returns the Redis key of a binding: prefix, the session hash in a Cluster hash
+// tag, the tier hash — 16 lower-case hex digits each: "sessionaffinity:{0123456789abcdef}:fedcba9876543210".
+func (s *Store) Key(k affinity.StoreKey) string {
+	var b strings.Builder
+	b.Grow(len(s.cfg.Prefix) + 36)
+	b.WriteString(s.cfg.Prefix)
+	b.WriteByte('{')
+	writeHex(&b, k.Session)
+	b.WriteString("}:")
+	writeHex(&b, k.Tier)
+	return b.String()
+}
+
+func writeHex(b *strings.Builder, v uint64) {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b.WriteByte(digits[(v>>uint(shift))&0xf])
+	}
+}
+
+// message is the invalidation payload: 32 hex digits (session hash, tier hash), '=',
+// the new backend ID ("" when forgotten).
+func message(k affinity.StoreKey, backend string) string {
+	var b strings.Builder
+	b.Grow(33 + len(backend))
+	writeHex(&b, k.Session)
+	writeHex(&b, k.Tier)
+	b.WriteByte('=')
+	b.WriteString(backend)
+	return b.String()
+}
+
+func parseMessage(m string) (affinity.StoreKey, string, bool) {
+	if len(m) < 33 || m[32] != '=' {
+		return affinity.StoreKey{}, "", false
+	}
+	sess, err1 := strconv.ParseUint(m[:16], 16, 64)
+	tier, err2 := strconv.ParseUint(m[16:32], 16, 64)
+	if err1 != nil || err2 != nil {
+		return affinity.StoreKey{}, "", false
+	}
+	return affinity.StoreKey{Session: sess, Tier: tier}, m[33:], true
+}
+
+func px(ttl time.Duration) int64 {
+	if ms := ttl.Milliseconds(); ms > 0 {
+		return ms
+	}
+	return 1
+}
+
+func pair(v any, err error) (string, bool, error) {
+	if err != nil {
+		return "", false, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return "", false, errors.New("redisstore: unexpected script reply")
+	}
+	flag, _ := a[0].(int64)
+	val, _ := a[1].(string)
+	return val, flag == 1, nil
+}
+
+// Claim implements [affinity.Store.Claim]: one EVALSHA (GET; PEXPIRE or SET PX).
+func (s *Store) Claim(ctx context.Context, key affinity.StoreKey, backendID string, ttl time.Duration) (string, bool, error) {
+	if s.closed.Load() {
+		return "", false, ErrClosed
+	}
+	return pair(claimScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, px(ttl)).Result())
+}
+
+// Rebind implements [affinity.Store.Rebind]: one EVALSHA (GET, compare, SET PX, PUBLISH).
+func (s *Store) Rebind(ctx context.Context, key affinity.StoreKey, old, backendID string, ttl time.Duration) (string, bool, error) {
+	if s.closed.Load() {
+		return "", false, ErrClosed
+	}
+	return pair(rebindScript.Run(ctx, s.client, []string{s.Key(key)}, old, backendID, px(ttl), s.channel, message(key, backendID)).Result())
+}
+
+// Forget implements [affinity.Store.Forget]: one EVALSHA (DEL, PUBLISH).
+func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
+}
+
+// Refresh implements [affinity.Store.Refresh]: it queues the refresh for the background
+// worker, which sends up to 256 of them per pipeline. Never blocks: a full queue drops
+// the refresh (counted as an error).
+func (s *Store) Refresh(key affinity.StoreKey, backendID string, ttl time.Duration) {
+	if s.closed.Load() {
+		return
+	}
+	select {
+	case s.refreshes <- refreshReq{key: key, backend: backendID, ttl: ttl}:
+	default:
+		s.dropped.Add(1)
+		s.fail(metrics.StoreOpRefresh)
+	}
+}
+
+// Watch implements [affinity.Store.Watch].
+func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
+	s.mu.Lock()
+	s.watch = append(s.watch, fn)
+	s.mu.Unlock()
+}
+
+// Errors returns how many background calls failed (refreshes, subscription), and how
+// many refreshes were dropped on a full queue (included in the first number).
+func (s *Store) Errors() (errors, dropped uint64) { return s.errors.Load(), s.dropped.Load() }
+
+// Received returns how many invalidation messages the subscriber has delivered.
+func (s *Store) Received() uint64 { return s.received.Load() }
+
+func (s *Store) fail(op string) {
+	s.errors.Add(1)
+	if s.rec != nil {
+		s.rec.StoreError(op)
+	}
+}
+
+func (s *Store) notify(key affinity.StoreKey, backend string) {
+	s.mu.Lock()
+	fns := s.watch
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(key, backend)
+	}
+}
+
+// subscribe delivers invalidations until ctx ends. go-redis reconnects and resubscribes
+// after a connection loss; messages published meanwhile are lost (a stale local copy is
+// then corrected by the next refresh of that session, at most TTL/8 later).
+func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
+	defer s.done.Done()
+	for {
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.fail(metrics.StoreOpWatch)
+			select { // go-redis reconnects on the next receive; do not spin meanwhile
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.retryAfter):
+			}
+			continue
+		}
+		if strings.HasPrefix(msg.Payload, "!") { // a Sync marker
+			s.mu.Lock()
+			if ch, ok := s.syncs[msg.Payload]; ok {
+				close(ch)
+				delete(s.syncs, msg.Payload)
+			}
+			s.mu.Unlock()
+			continue
+		}
+		if key, backend, ok := parseMessage(msg.Payload); ok {
+			s.received.Add(1)
+			s.notify(key, backend)
+		}
+	}
+}
+
+// Sync returns once every invalidation published (by any replica) before the call has
+// been delivered to this store's Watch functions: it publishes a marker on the channel
+// and waits for it (Redis delivers one connection's messages in publication order).
+// For tests and for measuring the invalidation delay; it costs one round trip plus the
+// delivery.
+func (s *Store) Sync(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	s.syncSeq++
+	marker := "!" + s.self + ":" + strconv.FormatUint(s.syncSeq, 10)
+	ch := make(chan struct{})
+	s.syncs[marker] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.syncs, marker)
+		s.mu.Unlock()
+	}()
+	// Published again every 100 ms: after a reconnect the subscription may not be back
+	// yet, and a message published before it is lost.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := s.client.Publish(ctx, s.channel, marker).Err(); err != nil && ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// refreshLoop sends queued refreshes in pipelines until ctx ends.
+func (s *Store) refreshLoop(ctx context.Context) {
+	defer s.done.Done()
+	batch := make([]refreshReq, 0, refreshBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.refreshes:
+			batch = append(batch[:0], r)
+		}
+		var flushed chan struct{}
+	fill:
+		for len(batch) < refreshBatch {
+			if last := batch[len(batch)-1]; last.flushed != nil {
+				flushed = last.flushed
+				batch = batch[:len(batch)-1]
+				break
+			}
+			select {
+			case r := <-s.refreshes:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		if len(batch) > 0 {
+			s.sendRefreshes(ctx, batch)
+		}
+		if flushed != nil {
+			close(flushed)
+		}
+	}
+}
+
+// Flush returns once every refresh queued before the call has been sent and its reply
+// handled (for tests and orderly shutdown).
+func (s *Store) Flush(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	ch := make(chan struct{})
+	select {
+	case s.refreshes <- refreshReq{flushed: ch}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) sendRefreshes(ctx context.Context, batch []refreshReq) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.dial)
+	defer cancel()
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(batch))
+	for i, r := range batch {
+		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{s.Key(r.key)}, r.backend, px(r.ttl))
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The script cache is empty (a restarted server): load it, send again.
+		if refreshScript.Load(ctx, s.client).Err() == nil {
+			pipe = s.client.Pipeline()
+			for i, r := range batch {
+				cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{s.Key(r.key)}, r.backend, px(r.ttl))
+			}
+			_, err = pipe.Exec(ctx)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		s.fail(metrics.StoreOpRefresh)
+		return
+	}
+	for i, c := range cmds {
+		v, err := c.Text()
+		if err != nil {
+			continue
+		}
+		if v != batch[i].backend { // another replica rebound it: drop our copy
+			s.notify(batch[i].key, v)
+		}
+	}
+}
