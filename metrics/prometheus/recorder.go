@@ -29,6 +29,9 @@ const (
 	// MetricParentPlaced counts first turns placed on the parent session's backend
 	// (metrics.ParentRecorder); they are also counted in MetricMisses.
 	MetricParentPlaced = "agentserve_affinity_parent_placed_total" // counter {tier}
+	// MetricStoreErrors counts failed calls to a shared binding store (each one decided
+	// locally instead), by op: claim, rebind, refresh, forget, watch.
+	MetricStoreErrors = "agentserve_affinity_store_errors_total" // counter {op}
 )
 
 // Label names and special tier label values.
@@ -38,6 +41,8 @@ const (
 	// LabelReason is the reason label of MetricBroken: "down", "unhealthy",
 	// "not_candidate" or "overloaded" (metrics.Reason.String).
 	LabelReason = "reason"
+	// LabelOp is the op label of MetricStoreErrors (the metrics.StoreOp* values).
+	LabelOp = "op"
 	// TierDefault is the label of the empty tier "". A tier literally named "default"
 	// shares its series.
 	TierDefault = "default"
@@ -118,6 +123,7 @@ type Recorder struct {
 	hits, misses, broken, evictions *prometheus.CounterVec
 	prompt, cached                  *prometheus.CounterVec
 	parent                          *prometheus.CounterVec
+	storeErrors                     *prometheus.CounterVec
 	bindingsFn                      atomic.Pointer[func() int]
 
 	// tiers maps a tier string to its resolved counters: an immutable map replaced
@@ -143,15 +149,17 @@ var (
 	_ metrics.Recorder       = (*Recorder)(nil)
 	_ metrics.UsageRecorder  = (*Recorder)(nil)
 	_ metrics.ParentRecorder = (*Recorder)(nil)
+	_ metrics.StoreRecorder  = (*Recorder)(nil)
 )
 
-// New creates a Recorder and registers its eight series on reg (those below and
+// New creates a Recorder and registers its nine series on reg (those below and
 // agentserve_affinity_parent_placed_total{tier}):
 // agentserve_affinity_hits_total{tier}, agentserve_affinity_misses_total{tier},
 // agentserve_affinity_broken_total{tier,reason}, agentserve_affinity_evictions_total{tier},
 // agentserve_affinity_prompt_tokens_total{tier},
-// agentserve_affinity_cached_prompt_tokens_total{tier} and agentserve_affinity_bindings
-// (see [Recorder.ObserveBindings]).
+// agentserve_affinity_cached_prompt_tokens_total{tier}, agentserve_affinity_bindings
+// (see [Recorder.ObserveBindings]) and agentserve_affinity_store_errors_total{op} (see
+// [Recorder.StoreError]).
 //
 // reg must be non-nil ([ErrNilRegisterer]); pass a prometheus.NewRegistry() or your own
 // registry — New never uses the default registry. If a registration fails (for example a
@@ -197,6 +205,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		parent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricParentPlaced,
 			Help: "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier."},
 			[]string{LabelTier}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStoreErrors,
+			Help: "Failed calls to the shared binding store (Redis), each one decided from the local table instead, by op."},
+			[]string{LabelOp}),
 		max: cfg.maxTiers,
 	}
 	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,
@@ -207,7 +218,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		name string
 		c    prometheus.Collector
 	}{{MetricHits, r.hits}, {MetricMisses, r.misses}, {MetricBroken, r.broken}, {MetricEvictions, r.evictions},
-		{MetricPromptTokens, r.prompt}, {MetricCachedPromptTokens, r.cached}, {MetricParentPlaced, r.parent}, {MetricBindings, bindings}} {
+		{MetricPromptTokens, r.prompt}, {MetricCachedPromptTokens, r.cached}, {MetricParentPlaced, r.parent}, {MetricBindings, bindings}, {MetricStoreErrors, r.storeErrors}} {
 		if err := reg.Register(c.c); err != nil {
 			for _, done := range registered {
 				reg.Unregister(done)
@@ -217,6 +228,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		registered = append(registered, c.c)
 	}
 
+	for _, op := range storeOps {
+		r.storeErrors.WithLabelValues(op) // every op at 0 from the start
+	}
 	// "other" exists from the start so a folded tier never needs the lock.
 	r.other = r.newTierCounters(TierOther)
 	m := map[string]*tierCounters{TierOther: r.other}

@@ -113,7 +113,7 @@ func TestCollectAndCompareFreshRecorder(t *testing.T) {
 	_ = rec
 	// Before any event: only the "other" children exist, bindings reads 0.
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(help+"agentserve_affinity_bindings 0\n"), promaffinity.MetricBindings))
-	assert.Equal(t, 1+1+4+1+2+1+1, testutil.CollectAndCount(reg), "other x (hits, misses, 4 broken, evictions, 2 usage, parent_placed) + bindings")
+	assert.Equal(t, 1+1+4+1+2+1+1+5, testutil.CollectAndCount(reg), "other x (hits, misses, 4 broken, evictions, 2 usage, parent_placed) + bindings + 5 store error ops")
 }
 
 func TestLint(t *testing.T) {
