@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/redisstore"
 	"github.com/agentserve/sessionaffinity/health"
 )
 
@@ -174,6 +175,10 @@ type Config struct {
 	// Tenant scopes bindings (and optionally the backends' prefix caches) by tenant (see
 	// [TenantConfig]). Off by default.
 	Tenant TenantConfig `yaml:"tenant"`
+	// Store shares bindings with the other gateway replicas on Redis (see store.go and
+	// redisstore.Config for the keys: address, password_env, tls, prefix, timeouts).
+	// Omitted: bindings are local to this gateway.
+	Store *redisstore.Config `yaml:"store"`
 }
 
 // BackendConfig is one inference server.
@@ -440,7 +445,10 @@ func (c Config) Validate() error {
 	if err := c.Timeouts.validate(); err != nil {
 		return err
 	}
-	return c.Limits.validate(c.MaxBodyBytes)
+	if err := c.Limits.validate(c.MaxBodyBytes); err != nil {
+		return err
+	}
+	return c.validateStore()
 }
 
 func checkBackendURL(raw string) error {

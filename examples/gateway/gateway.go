@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/redisstore"
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
 	"github.com/agentserve/sessionaffinity/metrics"
@@ -70,6 +71,9 @@ type Gateway struct {
 	limits   limiter                // requests and bytes in flight (limits.go)
 	now      func() time.Time
 
+	store     *redisstore.Store // nil: no store: block (store.go)
+	storeOpts []affinity.Option // the store's Scheduler options, given to every Scheduler
+
 	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
 
 	reloadMu sync.Mutex    // serializes Reload
@@ -121,7 +125,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if g.rec, observeBindings, err = newRecorder(cfg.Metrics.Exporter, g.reg); err != nil {
 		return nil, err
 	}
+	if g.storeOpts, err = g.openStore(cfg.Store); err != nil {
+		return nil, err
+	}
 	if rt.sched, err = g.newScheduler(cfg.Affinity); err != nil {
+		g.closeStore()
 		return nil, err
 	}
 	observeBindings(func() int { return g.state().sched.Len() })

@@ -24,7 +24,8 @@ var ErrReloadNeedsRestart = errors.New("gateway: config change needs a restart")
 // newScheduler builds a Scheduler for ac with the gateway's recorder, logger and
 // WithSchedulerOptions; extra options come last.
 func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*affinity.Scheduler, error) {
-	opts := append([]affinity.Option{affinity.WithRecorder(g.rec), affinity.WithLogger(g.log)}, g.opts.schedOpts...)
+	opts := append([]affinity.Option{affinity.WithRecorder(g.rec), affinity.WithLogger(g.log)}, g.storeOpts...)
+	opts = append(opts, g.opts.schedOpts...)
 	s, err := affinity.New(ac, append(opts, extra...)...)
 	if err != nil {
 		return nil, invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
@@ -57,6 +58,8 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart];
 //     the other timeouts, limits, outlier_detection, tenant and parent-session settings
 //     change in place.
+//     A change of the `store` block is rejected too (a new Scheduler built by an
+//     affinity change shares the same store).
 //
 // A config that fails validation is rejected (the error wraps [ErrInvalidConfig] and a
 // specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
@@ -78,6 +81,9 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return err
+	}
+	if !reflect.DeepEqual(cfg.Store, old.cfg.Store) {
+		return fmt.Errorf("%w: store", ErrReloadNeedsRestart)
 	}
 	rt, err := newRouting(cfg)
 	if err != nil {

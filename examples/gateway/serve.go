@@ -160,13 +160,15 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	return g.Serve(ctx, ln)
 }
 
-// Close releases idle backend connections of the gateway-owned transport; the gateway
-// stays usable (new connections are dialled as needed). Idempotent; it does not stop
-// [Gateway.Run] (cancel its context for that).
+// Close releases idle backend connections of the gateway-owned transport (new ones are
+// dialled as needed) and closes the shared binding store of the store: block, after
+// which the gateway decides from its local table alone: call it after the last request.
+// Idempotent; it does not stop [Gateway.Run] (cancel its context for that).
 func (g *Gateway) Close() {
 	if g.ownedBase != nil {
 		g.ownedBase.CloseIdleConnections()
 	}
+	g.closeStore()
 }
 
 // restartOnly returns an error wrapping [ErrReloadNeedsRestart] when next changes a
