@@ -3,10 +3,12 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -149,4 +151,43 @@ func BenchmarkStoreFirstTurnsParallel(b *testing.B) {
 	if s.StoreErrors() != 0 {
 		b.Fatalf("%d store errors", s.StoreErrors())
 	}
+}
+
+// BenchmarkInvalidationDelay: how long after a rebind starts on one replica the other
+// replica's near-cache learns of it (Rebind call to Watch callback on the other Store,
+// through Redis pub/sub). Reports the median, p99 and maximum.
+func BenchmarkInvalidationDelay(b *testing.B) {
+	srv := redistest.Start(b)
+	cfg := redisstore.Config{Address: srv.Addr(), Prefix: "inv:" + b.Name() + ":"}
+	a, err := redisstore.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	other, err := redisstore.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer other.Close()
+	seen := make(chan struct{}, 1)
+	other.Watch(func(affinity.StoreKey, string) { seen <- struct{}{} })
+	ctx := context.Background()
+	if err := other.Sync(ctx); err != nil { // subscribed
+		b.Fatal(err)
+	}
+	var delays []time.Duration
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		key := affinity.StoreKey{Session: uint64(i), Tier: 1}
+		start := time.Now()
+		if _, ok, err := a.Rebind(ctx, key, "", "b"+strconv.Itoa(i%2), time.Minute); err != nil || !ok {
+			b.Fatal("rebind", ok, err)
+		}
+		<-seen
+		delays = append(delays, time.Since(start))
+	}
+	slices.Sort(delays)
+	b.ReportMetric(float64(delays[len(delays)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(delays[len(delays)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(delays[len(delays)-1].Microseconds()), "max-µs")
 }

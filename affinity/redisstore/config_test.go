@@ -1,0 +1,78 @@
+package redisstore_test
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/redisstore"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Setenv("REDISSTORE_TEST_PASSWORD", "s3cret")
+	dir := t.TempDir()
+	noPEM := filepath.Join(dir, "ca.pem")
+	require.NoError(t, os.WriteFile(noPEM, []byte("not a certificate"), 0o600))
+	for _, tc := range []struct {
+		name string
+		cfg  redisstore.Config
+		want error // nil: valid
+	}{
+		{"minimal", redisstore.Config{Address: "127.0.0.1:6379"}, nil},
+		{"all", redisstore.Config{Address: "redis.internal:6380", Username: "gw", PasswordEnv: "REDISSTORE_TEST_PASSWORD",
+			TLS: true, TLSServerName: "redis", Prefix: "fleet-a:", TimeoutSeconds: 0.02, RetryAfterSeconds: 5, DialTimeoutSeconds: 2}, nil},
+		{"no address", redisstore.Config{}, redisstore.ErrAddress},
+		{"no port", redisstore.Config{Address: "localhost"}, redisstore.ErrAddress},
+		{"port 0", redisstore.Config{Address: "localhost:0"}, redisstore.ErrAddress},
+		{"port too big", redisstore.Config{Address: "localhost:70000"}, redisstore.ErrAddress},
+		{"password env unset", redisstore.Config{Address: "h:1", PasswordEnv: "REDISSTORE_TEST_UNSET"}, redisstore.ErrPasswordEnv},
+		{"negative timeout", redisstore.Config{Address: "h:1", TimeoutSeconds: -1}, redisstore.ErrTimeout},
+		{"NaN retry", redisstore.Config{Address: "h:1", RetryAfterSeconds: math.NaN()}, redisstore.ErrTimeout},
+		{"Inf dial", redisstore.Config{Address: "h:1", DialTimeoutSeconds: math.Inf(1)}, redisstore.ErrTimeout},
+		{"tls key without tls", redisstore.Config{Address: "h:1", TLSCAFile: noPEM}, redisstore.ErrTLS},
+		{"ca file missing", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: filepath.Join(dir, "missing.pem")}, redisstore.ErrTLS},
+		{"ca file without PEM", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: noPEM}, redisstore.ErrTLS},
+		{"negative db", redisstore.Config{Address: "h:1", DB: -1}, redisstore.ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, redisstore.ErrInvalidConfig)
+			require.ErrorIs(t, err, tc.want)
+			_, err = redisstore.New(tc.cfg)
+			require.True(t, errors.Is(err, tc.want), "New: %v", err)
+		})
+	}
+}
+
+func TestKey(t *testing.T) {
+	st, err := redisstore.New(redisstore.Config{Address: "127.0.0.1:1", Prefix: "p:"})
+	require.NoError(t, err)
+	defer st.Close()
+	require.Equal(t, "p:{0123456789abcdef}:00000000000000ff", st.Key(affinity.StoreKey{Session: 0x0123456789abcdef, Tier: 0xff}))
+}
+
+// TestRedisDownAtStart: a Store whose Redis never answers fails every call within the
+// timeout with an error (the Scheduler then decides locally); New itself succeeds.
+func TestRedisDownAtStart(t *testing.T) {
+	st, err := redisstore.New(redisstore.Config{Address: "127.0.0.1:1", TimeoutSeconds: 0.05})
+	require.NoError(t, err)
+	defer st.Close()
+	s, err := affinity.New(affinity.Config{}, st.SchedulerOptions()...)
+	require.NoError(t, err)
+	cands := []affinity.Backend{affinity.MustBackend("a", "", 1), affinity.MustBackend("b", "", 1)}
+	for i := range 10 {
+		_, hit, err := s.SelectBackend("down-"+string(rune('a'+i)), "", cands)
+		require.NoError(t, err)
+		require.False(t, hit)
+	}
+	require.Equal(t, uint64(1), s.StoreErrors(), "one failure, then the store is left alone for retry_after_seconds")
+}

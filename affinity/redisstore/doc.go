@@ -1,0 +1,88 @@
+// Package redisstore shares session bindings between gateway replicas on Redis (or any
+// server speaking its protocol): an [affinity.Store] for [affinity.WithStore]. It is a
+// nested module so that the core keeps its single dependency.
+//
+// It is not a cache of requests or a rate limiter: it holds one small string per
+// (session, tier) — the backend ID — and nothing else.
+//
+// # Usage
+//
+//	st, err := redisstore.New(redisstore.Config{Address: "redis:6379", PasswordEnv: "REDIS_PASSWORD"})
+//	...
+//	defer st.Close() // after the Scheduler's last call
+//	sched, err := affinity.New(cfg, append(st.SchedulerOptions(), affinity.WithRecorder(rec))...)
+//
+// # What the fleet guarantees
+//
+// Each replica's own affinity table stays in front of Redis as the near-cache; Redis is
+// the arbiter whenever replicas could disagree.
+//
+//   - First turns: a local miss computes the HRW winner and runs one script (claim:
+//     GET, then PEXPIRE or SET PX). Two replicas racing on a new session: one creates the
+//     binding (a miss), the other adopts it (a hit). One miss in total, one backend.
+//   - Later turns on another replica: a local miss there adopts the shared binding (one
+//     round trip, counted as a hit: it is the backend that served the previous turn).
+//     Local hits make no round trip.
+//   - Rebinds are compare-and-set (a script: GET, compare with the old backend, SET PX,
+//     PUBLISH): a shared binding whose backend is Down in this replica's health view or
+//     missing from its candidates is moved to this replica's HRW winner only if no other
+//     replica moved it first; otherwise the other replica's choice is adopted. Two
+//     replicas never bind one session to two backends.
+//   - Dropping a backend never scans Redis: OnBackendDown drops the local bindings
+//     (counted broken{down} as without a store) and leaves Redis alone; a shared binding
+//     to a backend that is Down in a replica's view is rebound lazily, by compare-and-set,
+//     on that session's next turn at that replica. A replica that still sees the backend
+//     up keeps serving it until the replica that saw it fail moves the session.
+//   - Invalidation: every rebind and forget publishes "<session hash><tier hash>=<backend>"
+//     on the channel <prefix>invalidate; each replica drops its local copy unless it is
+//     already bound to that backend. The delay is measured by BenchmarkInvalidationDelay
+//     (see the README); [Store.Sync] waits for it.
+//   - Sliding TTL in Redis: a binding's key lives TTL + TTL/8 after its last refresh. A
+//     hit refreshes it only when it crosses a TTL/8 period boundary of its session
+//     (periods offset per session), so at most once per TTL/8 per session and replica,
+//     asynchronously: the refresh is queued and sent in pipelines of up to 256 by a
+//     background goroutine. A refresh that finds another backend drops the local copy; one
+//     that finds no key re-creates it (a restarted Redis is refilled by the traffic).
+//
+// # What is stored
+//
+// Keys: <prefix>{<16 hex digits: xxh3 of the session ID>}:<16 hex digits: xxh3 of the
+// tier>, for example "sessionaffinity:{a171103fd7ab6328}:2d06800538d394c2" (session "sess-1", default tier). The braces are a
+// Redis Cluster hash tag: all tiers of a session share a slot. Values: the backend ID.
+// Session IDs, tiers and request data are never sent to Redis; the hash is the
+// documented, unseeded hrw.KeyHash, so operators can find a session's key.
+//
+// # When Redis is slow or down
+//
+// A request never fails because of Redis. Every call on the request path is bounded by
+// timeout_seconds (default 50 ms); on an error or timeout the Scheduler decides from its
+// local table (as without a store), counts agentserve_affinity_store_errors_total{op},
+// and leaves the store alone for retry_after_seconds (default 1 s), so that a dead Redis
+// costs one timeout per replica per second, not one per request. go-redis reconnects by
+// itself, and the subscription is re-established. While Redis is away each replica
+// keeps its own bindings; when it returns (even empty) the refreshes of hits re-create
+// the bindings, and where two replicas disagree the first refresh wins and the other
+// replica adopts its value on the session's next turn: the fleet converges within one
+// refresh period (TTL/8) of traffic. Invalidations published while a replica was
+// disconnected are lost; the same refresh corrects that replica.
+//
+// # Decisions where the contract is silent
+//
+//   - go-redis v9, not rueidis: the near-cache that server-assisted client-side caching
+//     would give is already the affinity table (0 allocations, no round trip, and it
+//     holds backend IDs that Lookup and OnBackendDown need locally), so rueidis's tracking
+//     cache would be a second copy; what remains are single-key scripts, pipelines and
+//     one pub/sub channel, which go-redis covers with the wider user base.
+//   - Counting: a shared binding adopted by a local miss is a hit; the call that creates
+//     or moves a shared binding is the miss. Across the fleet hits + misses = successful
+//     calls, and misses = first turns + moves. A move found by compare-and-set counts
+//     broken{unhealthy} or broken{not_candidate} on the replica that made it.
+//   - Without the store (errors, retry interval) decisions are local and may diverge for
+//     sessions whose replicas see different health; they converge as described above.
+//   - One Store serves one Scheduler (it registers its invalidation callback).
+//
+// # Concurrency and goroutines
+//
+// All methods are safe for concurrent use. New starts two goroutines (subscriber,
+// refresh worker); Close stops them. No globals, no init.
+package redisstore
