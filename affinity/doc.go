@@ -130,6 +130,23 @@
 // prompt token against one token of queued prefill. The README's replay table shows the
 // measured trade-off; 1.25 and 5 met its goal with 20 % caches at 4, 8 and 16 backends.
 //
+// # Shared store (WithStore)
+//
+//  20. Shared store (optional, [WithStore]): the table becomes the near-cache of a
+//     [Store] shared by gateway replicas (package affinity/redisstore). A local hit makes
+//     no store call except a queued refresh at most once per TTL/8 per session; a local
+//     miss makes one (Claim: bind the HRW winner, or adopt the fleet's binding as a hit)
+//     and, when the shared binding is broken in this replica's view, a second (Rebind, a
+//     compare-and-set). Concurrent first turns on several replicas make one miss in
+//     total; a rebind is seen by the other replicas through Store.Watch. Forget also
+//     deletes the shared binding. A store error or timeout (default 50 ms) never fails a
+//     call: it is decided locally, counted ([Scheduler.StoreErrors],
+//     metrics.StoreRecorder), and the store is skipped for the retry interval. Without a
+//     store nothing of this runs.
+//     Acquire consults the store as SelectBackend does, and a spill (rule 16) is a
+//     compare-and-set in the store: if another replica moved the session first, its
+//     choice is adopted.
+//
 // # Decisions where the contract is silent
 //
 //   - An expired binding is not broken: its session's next call is a plain miss, and the
@@ -187,6 +204,13 @@
 //     rather than an error: it comes from a client header, and a bad hint must not fail
 //     a request that SelectBackend would serve. Determinism (rule 8) holds given the
 //     parent's binding, which every replica sees only if the bindings are shared.
+//   - With a store, the store's decision on a local miss supersedes a local binding
+//     found meanwhile (it is replaced uncounted), so that concurrent first turns on one
+//     replica count one miss, as across replicas. Broken bindings found in the store are
+//     counted by the replica whose compare-and-set moves them; OnBackendDown still
+//     counts its local drops as down, so a session dropped there and then moved in the
+//     store counts once as down and once as unhealthy. The store sees hashes only
+//     ([StoreKey]), never session IDs or tiers.
 //
 // # Time
 //

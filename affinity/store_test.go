@@ -1,0 +1,149 @@
+package affinity_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// memStore is an in-memory affinity.Store shared by Schedulers in one process (TTLs
+// ignored): enough to test what the Scheduler asks of a store and when.
+type memStore struct {
+	mu        sync.Mutex
+	m         map[affinity.StoreKey]string
+	watch     []func(affinity.StoreKey, string)
+	claims    int
+	rebinds   int
+	refreshes int
+	fail      error
+}
+
+func newMemStore() *memStore { return &memStore{m: map[affinity.StoreKey]string{}} }
+
+func (s *memStore) Claim(_ context.Context, k affinity.StoreKey, b string, _ time.Duration) (string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims++
+	if s.fail != nil {
+		return "", false, s.fail
+	}
+	if v, ok := s.m[k]; ok {
+		return v, false, nil
+	}
+	s.m[k] = b
+	return b, true, nil
+}
+
+func (s *memStore) Rebind(_ context.Context, k affinity.StoreKey, old, b string, _ time.Duration) (string, bool, error) {
+	s.mu.Lock()
+	s.rebinds++
+	if v, ok := s.m[k]; ok && v != old {
+		s.mu.Unlock()
+		return v, false, nil
+	}
+	s.m[k] = b
+	fns := s.watch
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(k, b)
+	}
+	return b, true, nil
+}
+
+func (s *memStore) Refresh(affinity.StoreKey, string, time.Duration) {
+	s.mu.Lock()
+	s.refreshes++
+	s.mu.Unlock()
+}
+
+func (s *memStore) Forget(_ context.Context, k affinity.StoreKey) error {
+	s.mu.Lock()
+	delete(s.m, k)
+	fns := s.watch
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(k, "")
+	}
+	return nil
+}
+
+func (s *memStore) Watch(fn func(affinity.StoreKey, string)) {
+	s.mu.Lock()
+	s.watch = append(s.watch, fn)
+	s.mu.Unlock()
+}
+
+var _ affinity.Store = (*memStore)(nil)
+
+// A hit refreshes the store at most once per TTL/8 per session, and never makes a Claim.
+func TestStoreRefreshAtMostOncePerEighthTTL(t *testing.T) {
+	st := newMemStore()
+	f := newFixture(t, affinity.Config{StickyTTLSeconds: affinity.TTLSeconds(800)}, affinity.WithStore(st))
+	cands := backends(t, 3)
+	f.sel(t, "s", "", cands)
+	require.Equal(t, 1, st.claims)
+	// 100 s = TTL/8: hits every second for 10 periods.
+	for range 1000 {
+		f.clk.Advance(time.Second)
+		_, hit := f.sel(t, "s", "", cands)
+		require.True(t, hit)
+	}
+	require.Equal(t, 1, st.claims, "hits make no claim")
+	require.Equal(t, 10, st.refreshes, "one refresh per TTL/8 period crossed")
+}
+
+// A failing store never fails a request: decisions are local, the error is counted once,
+// and the store is left alone for the retry interval.
+func TestStoreErrorFallsBack(t *testing.T) {
+	st := newMemStore()
+	st.fail = errors.New("connection refused")
+	f := newFixture(t, affinity.Config{}, affinity.WithStore(st), affinity.WithStoreTimeouts(0, 10*time.Second))
+	cands := backends(t, 3)
+	for _, s := range []string{"s1", "s2", "s3"} {
+		_, hit := f.sel(t, s, "", cands)
+		require.False(t, hit)
+	}
+	require.Equal(t, uint64(1), f.s.StoreErrors())
+	require.Equal(t, 1, st.claims)
+	f.clk.Advance(10 * time.Second)
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	_, hit := f.sel(t, "s4", "", cands)
+	require.False(t, hit)
+	require.Equal(t, 2, st.claims, "retried after the interval")
+}
+
+func TestWithStoreTimeoutsInvalid(t *testing.T) {
+	_, err := affinity.New(affinity.Config{}, affinity.WithStore(newMemStore()), affinity.WithStoreTimeouts(-time.Second, 0))
+	require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+}
+
+// Two Schedulers on one store: a rebind by one is adopted by the other, whose copy the
+// invalidation dropped.
+func TestStoreRebindInvalidatesOtherReplica(t *testing.T) {
+	st := newMemStore()
+	a := newFixture(t, affinity.Config{}, affinity.WithStore(st))
+	b := newFixture(t, affinity.Config{}, affinity.WithStore(st))
+	cands := backends(t, 3)
+	first, _ := a.sel(t, "s", "", cands)
+	got, hit := b.sel(t, "s", "", cands)
+	require.True(t, hit)
+	require.Equal(t, first, got)
+	a.s.OnBackendDown(first)
+	moved, hit := a.sel(t, "s", "", cands)
+	require.False(t, hit)
+	require.NotEqual(t, first, moved)
+	_, ok := b.s.Lookup("s", "")
+	require.False(t, ok, "invalidated")
+	got, hit = b.sel(t, "s", "", cands)
+	require.True(t, hit)
+	require.Equal(t, moved, got)
+	require.Equal(t, 1, st.rebinds)
+}
