@@ -85,47 +85,88 @@ func TestTwoReplicasOneRedis(t *testing.T) {
 	t.Logf("two replicas, alternating: hit rate %.1f %% (%d/%d)", 100*h/(h+m), int(h), int(h+m))
 
 	// Failover seen by replica 0 only (its health checker; replica 1 still sees the
-	// backend up).
+	// backend up) after turn 3 of 12 new sessions: the sessions on that backend move
+	// once (one miss each) and both replicas keep them on the new backend.
+	hits, total, affected := failoverStudy(t, cs, "failover")
+	require.Positive(t, affected)
+	require.Equal(t, sessions*(turns-1)-affected, hits, "one extra miss per moved session, nothing else")
+	t.Logf("two replicas, failover on one: hit rate %.1f %% (%d/%d)", 100*float64(hits)/float64(total), hits, total)
+}
+
+// TestTwoReplicasWithoutStore is the control: the same failover study with bindings
+// local to each replica. A session moved by replica 0 goes back to the failed-over
+// backend on replica 1 (healthy in its view) and forth again: every turn is a miss.
+func TestTwoReplicasWithoutStore(t *testing.T) {
+	backends := map[string]*backendServer{}
+	var cfg gateway.Config
+	for i := range 3 {
+		b := startBackend(t, fmt.Sprintf("b%d", i+1))
+		backends[b.id] = b
+		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{ID: b.id, URL: b.url})
+	}
+	var cs []*cluster
+	for range 2 {
+		c := &cluster{t: t, backends: backends, recheck: make(chan time.Time)}
+		cs = append(cs, c.start(cfg))
+	}
+	hits, total, affected := failoverStudy(t, cs, "failover")
+	require.Positive(t, affected)
+	require.Less(t, hits, 12*5-affected, "without the store the moved sessions keep missing")
+	t.Logf("two replicas without store, failover on one: hit rate %.1f %% (%d/%d)", 100*float64(hits)/float64(total), hits, total)
+}
+
+// failoverStudy runs 12 sessions x 6 turns alternating between replicas 0 and 1; before
+// turn 4 replica 0 alone is told that the backend of the first session is down, and turn
+// 4 of every session goes to replica 0. With a store it requires that every turn but the
+// first and the moving one is a hit on the session's current backend. It returns the
+// hits, the turns and how many sessions were on the failed backend.
+func failoverStudy(t *testing.T, cs []*cluster, prefix string) (hits, total, affected int) {
+	t.Helper()
+	const sessions, turns = 12, 6
+	shared := cs[0].gw.Store() != nil
+	reused := 0
 	ss := make([]*session, sessions)
 	bound := map[string]string{}
-	hits, total = 0, 0
 	for turn := 1; turn <= turns; turn++ {
 		if turn == 4 {
 			victim := bound[ss[0].id]
-			moved := cs[0].gw.Scheduler().OnBackendDown(victim)
-			require.Positive(t, moved)
-			affected := 0
-			for s := range ss {
-				r := ss[s].turn(cs[0]) // the turn lands on the replica that saw the failure
-				total++
-				if bound[ss[s].id] == victim {
-					require.False(t, r.hit)
-					require.NotEqual(t, victim, r.backend)
-					affected++
-				} else {
-					require.True(t, r.hit)
-					hits++
-				}
-				bound[ss[s].id] = r.backend
-			}
-			settle(t, cs)
-			t.Logf("failover on replica 0: %d of %d sessions moved", affected, sessions)
-			continue
+			require.Positive(t, cs[0].gw.Scheduler().OnBackendDown(victim))
 		}
 		for s := range ss {
 			if turn == 1 {
-				ss[s] = newSession(fmt.Sprintf("failover-%02d", s))
+				ss[s] = newSession(fmt.Sprintf("%s-%02d", prefix, s))
 			}
-			r := ss[s].turn(cs[(s+turn)%2])
+			replica := (s + turn) % 2
+			if turn == 4 {
+				replica = 0 // the replica that saw the failure
+			}
+			r := ss[s].turn(cs[replica])
 			total++
-			if turn == 1 {
-				bound[ss[s].id] = r.backend
-				continue
+			if r.hit {
+				hits++
 			}
-			require.True(t, r.hit, "session %d turn %d", s, turn)
-			require.Equal(t, bound[ss[s].id], r.backend, "session %d turn %d: both replicas agree", s, turn)
-			hits++
+			if turn > 1 && r.backend == bound[ss[s].id] {
+				reused++ // same backend as the previous turn: its prefix cache is warm
+			}
+			switch {
+			case turn == 1:
+			case turn == 4 && r.backend != bound[ss[s].id]:
+				affected++
+				require.False(t, r.hit)
+			case shared:
+				require.True(t, r.hit, "session %d turn %d", s, turn)
+				require.Equal(t, bound[ss[s].id], r.backend, "session %d turn %d: both replicas agree", s, turn)
+			}
+			bound[ss[s].id] = r.backend
+		}
+		if shared {
+			settle(t, cs)
 		}
 	}
-	t.Logf("two replicas, failover on one: hit rate %.1f %% (%d/%d)", 100*float64(hits)/float64(total), hits, total)
+	t.Logf("store %v, failover on replica 0: %d of %d sessions moved; %d/%d turns on the previous turn's backend",
+		shared, affected, sessions, reused, total)
+	if shared {
+		require.Equal(t, hits, reused, "with the store, the hit flag is exactly cache reuse")
+	}
+	return hits, total, affected
 }
