@@ -30,7 +30,8 @@ type Scheduler struct {
 }
 
 // New validates cfg and returns a Scheduler. Errors wrap ErrInvalidConfig and name the
-// field. Options: WithClock, WithRecorder, WithHealth, WithLogger. Cost: O(shards).
+// field. Options: WithClock, WithRecorder, WithHealth, WithLogger, WithStore,
+// WithStoreTimeouts. Cost: O(shards).
 func New(cfg Config, opts ...Option) (*Scheduler, error) {
 	r, err := cfg.resolve()
 	if err != nil {
@@ -228,6 +229,9 @@ func noEligible(cands []Backend) error {
 // one clock read, 0 allocs; miss O(len(candidates)) HRW scores (plus a health lookup per
 // candidate when the winner is not Healthy), two shard locks, 1 allocation (the stored
 // key; 0 with TTL 0) plus the amortized growth described in the package documentation.
+// With a shared store (WithStore) a miss also makes one store call (two when the shared
+// binding is broken in this replica's view), each bounded by the store timeout; a hit
+// makes none (see [Store]).
 func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) (Backend, bool, error) {
 	if err := s.validate(sessionID, tier, candidates); err != nil {
 		return Backend{}, false, err

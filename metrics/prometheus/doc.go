@@ -30,6 +30,8 @@
 //	agentserve_affinity_cached_prompt_tokens_total{tier} counter (of those, served from the prefix cache)
 //	agentserve_affinity_parent_placed_total{tier}    counter (first turns placed on the parent session's backend; also misses)
 //	agentserve_affinity_bindings                     gauge (reads the ObserveBindings func at scrape time; 0 until set)
+//	agentserve_affinity_store_errors_total{op}       counter, op: claim | rebind | refresh | forget | watch
+//	                                                 (failed calls to a shared binding store, metrics.StoreRecorder)
 //
 // Labels carry the tier only, never a session or backend ID, and the tier label is
 // bounded: with [WithTiers] only the allow-listed tiers keep their name; otherwise the
