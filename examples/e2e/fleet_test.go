@@ -15,11 +15,12 @@ import (
 
 // replicas starts n gateways over the same three fakevllm backends, sharing bindings on
 // one real redis-server.
-func replicas(t *testing.T, n int) ([]*cluster, map[string]*backendServer) {
+// retryAfter is the store's retry_after_seconds (0: the default, 1 s).
+func replicas(t *testing.T, n int, retryAfter float64) ([]*cluster, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
 	backends := map[string]*backendServer{}
-	cfg := gateway.Config{Store: &redisstore.Config{Address: srv.Addr(), Prefix: "e2e:" + t.Name() + ":"}}
+	cfg := gateway.Config{Store: &redisstore.Config{Address: srv.Addr(), Prefix: "e2e:" + t.Name() + ":", RetryAfterSeconds: retryAfter}}
 	for i := range 3 {
 		b := startBackend(t, fmt.Sprintf("b%d", i+1))
 		backends[b.id] = b
@@ -30,7 +31,7 @@ func replicas(t *testing.T, n int) ([]*cluster, map[string]*backendServer) {
 		c := &cluster{t: t, backends: backends, recheck: make(chan time.Time)}
 		cs = append(cs, c.start(cfg))
 	}
-	return cs, backends
+	return cs, srv
 }
 
 // settle waits until every replica has received the invalidations published so far: the
@@ -51,7 +52,7 @@ func settle(t *testing.T, cs []*cluster) {
 // delivered to one replica only after turn 3: the sessions on that backend move once
 // (one miss each) and both replicas keep them on the new backend.
 func TestTwoReplicasOneRedis(t *testing.T) {
-	cs, _ := replicas(t, 2)
+	cs, _ := replicas(t, 2, 0)
 	const sessions, turns = 12, 6
 
 	hits, total := 0, 0
@@ -169,4 +170,42 @@ func failoverStudy(t *testing.T, cs []*cluster, prefix string) (hits, total, aff
 		require.Equal(t, hits, reused, "with the store, the hit flag is exactly cache reuse")
 	}
 	return hits, total, affected
+}
+
+// TestReplicasWhileRedisDown: Redis dies between turns; both replicas keep serving every
+// request (hits from their own tables, new sessions placed locally), count the store
+// errors on /metrics, and share bindings again once it is back.
+func TestReplicasWhileRedisDown(t *testing.T) {
+	cs, srv := replicas(t, 2, 0.001) // retry Redis 1 ms after a failure
+	old := newSession("before-outage")
+	first := old.turn(cs[0]).backend
+	require.Equal(t, first, old.turn(cs[1]).backend)
+
+	srv.Stop()
+	for turn := range 4 {
+		r := old.turn(cs[turn%2]) // asserts 200
+		require.True(t, r.hit)
+		require.Equal(t, first, r.backend)
+	}
+	fresh := newSession("during-outage")
+	r := fresh.turn(cs[0])
+	require.False(t, r.hit)
+	var errs float64
+	for _, c := range cs {
+		errs += counter(c.metrics(), "agentserve_affinity_store_errors_total", nil)
+	}
+	require.Positive(t, errs, "agentserve_affinity_store_errors_total")
+
+	srv.Restart()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, cs[0].gw.Store().Ping(ctx))
+	errs0 := cs[0].gw.Scheduler().StoreErrors() + cs[1].gw.Scheduler().StoreErrors()
+	s := newSession("after-outage")
+	a := s.turn(cs[0])
+	b := s.turn(cs[1])
+	require.False(t, a.hit)
+	require.True(t, b.hit, "the binding made on replica 0 is shared again")
+	require.Equal(t, a.backend, b.backend)
+	require.Equal(t, errs0, cs[0].gw.Scheduler().StoreErrors()+cs[1].gw.Scheduler().StoreErrors())
 }
