@@ -37,7 +37,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	require.NotEmpty(t, dash.Panels)
 
 	known := []string{promaffinity.MetricHits, promaffinity.MetricMisses, promaffinity.MetricBroken,
-		promaffinity.MetricEvictions, promaffinity.MetricBindings}
+		promaffinity.MetricEvictions, promaffinity.MetricBindings, promaffinity.MetricStoreErrors}
 	metricRE := regexp.MustCompile(`agentserve_[a-z_]+`)
 	used := map[string]bool{}
 	ids := map[int]bool{}
