@@ -3,6 +3,7 @@ package affinity_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +147,33 @@ func TestStoreRebindInvalidatesOtherReplica(t *testing.T) {
 	require.True(t, hit)
 	require.Equal(t, moved, got)
 	require.Equal(t, 1, st.rebinds)
+}
+
+// Concurrent first turns of one session on one replica with a store: one miss, one
+// backend (the store's claim decides; a local binding found meanwhile is replaced).
+func TestStoreConcurrentFirstTurnsOneReplica(t *testing.T) {
+	st := newMemStore()
+	f := newFixture(t, affinity.Config{}, affinity.WithStore(st))
+	cands := backends(t, 5)
+	for i := range 50 {
+		session := fmt.Sprintf("s%d", i)
+		got := make([]string, 8)
+		var wg sync.WaitGroup
+		for g := range got {
+			wg.Go(func() {
+				b, _, err := f.s.SelectBackend(session, "", cands)
+				if err != nil {
+					panic(err)
+				}
+				got[g] = b.ID()
+			})
+		}
+		wg.Wait()
+		for _, b := range got {
+			require.Equal(t, got[0], b)
+		}
+	}
+	stats := f.s.Stats()
+	require.Equal(t, uint64(50), stats.Misses)
+	require.Equal(t, uint64(50*7), stats.Hits)
 }

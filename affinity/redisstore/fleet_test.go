@@ -301,3 +301,33 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(n+300), keys)
 }
+
+// TestConcurrentFirstTurnsThreeReplicas: every session's first turn arrives at three
+// replicas (same health view) at once, twice per replica: one miss per session in
+// total, one backend.
+func TestConcurrentFirstTurnsThreeReplicas(t *testing.T) {
+	const n = 500
+	f := newFleet(t, 3, affinity.Config{})
+	res := make([][6]string, n)
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range n {
+				b, _, err := f.scheds[g%3].SelectBackend(session(i), "", f.cands)
+				if err != nil {
+					panic(err)
+				}
+				res[i][g] = b.ID()
+			}
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		for g := range 6 {
+			require.Equal(t, res[i][0], res[i][g], "session %d", i)
+		}
+	}
+	hits, misses := f.totals()
+	require.Equal(t, uint64(n), misses, "one miss per session across the fleet")
+	require.Equal(t, uint64(5*n), hits)
+}
