@@ -43,38 +43,12 @@ end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {1, ARGV[2]}`)
-	// refresh: extend the binding if it is ours, re-create it if lost; return the value.
-	refreshScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return v`)
 	// forget: delete and publish.
 	forgetScript = redis.NewScript(`
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1`)
 )
-
-// refreshQueue is the capacity of the queue of pending refreshes; a refresh that finds
-// it full is dropped and counted as an error (the binding is refreshed by a later hit
-// or re-created by the next miss).
-const refreshQueue = 8192
-
-// refreshBatch is the most refreshes sent in one pipeline.
-const refreshBatch = 256
-
-type refreshReq struct {
-	key     affinity.StoreKey
-	backend string
-	ttl     time.Duration
-	flushed chan struct{} // non-nil: a Flush marker, closed once the refreshes before it are sent
-}
 
 // Option configures [New]: code seams only.
 type Option interface{ apply(*Store) }
@@ -282,28 +256,6 @@ func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
 	return forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
 }
 
-// Refresh implements [affinity.Store.Refresh]: it queues the refresh for the background
-// worker, which sends up to 256 of them per pipeline. Never blocks: a full queue drops
-// the refresh (counted as an error).
-func (s *Store) Refresh(key affinity.StoreKey, backendID string, ttl time.Duration) {
-	if s.closed.Load() {
-		return
-	}
-	select {
-	case s.refreshes <- refreshReq{key: key, backend: backendID, ttl: ttl}:
-	default:
-		s.dropped.Add(1)
-		s.fail(metrics.StoreOpRefresh)
-	}
-}
-
-// Watch implements [affinity.Store.Watch].
-func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
-	s.mu.Lock()
-	s.watch = append(s.watch, fn)
-	s.mu.Unlock()
-}
-
 // Errors returns how many background calls failed (refreshes, subscription), and how
 // many refreshes were dropped on a full queue (included in the first number).
 func (s *Store) Errors() (errors, dropped uint64) { return s.errors.Load(), s.dropped.Load() }
@@ -315,176 +267,5 @@ func (s *Store) fail(op string) {
 	s.errors.Add(1)
 	if s.rec != nil {
 		s.rec.StoreError(op)
-	}
-}
-
-func (s *Store) notify(key affinity.StoreKey, backend string) {
-	s.mu.Lock()
-	fns := s.watch
-	s.mu.Unlock()
-	for _, fn := range fns {
-		fn(key, backend)
-	}
-}
-
-// subscribe delivers invalidations until ctx ends. go-redis reconnects and resubscribes
-// after a connection loss; messages published meanwhile are lost (a stale local copy is
-// then corrected by the next refresh of that session, at most TTL/8 later).
-func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
-	defer s.done.Done()
-	for {
-		msg, err := ps.ReceiveMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.fail(metrics.StoreOpWatch)
-			select { // go-redis reconnects on the next receive; do not spin meanwhile
-			case <-ctx.Done():
-				return
-			case <-time.After(s.cfg.retryAfter):
-			}
-			continue
-		}
-		if strings.HasPrefix(msg.Payload, "!") { // a Sync marker
-			s.mu.Lock()
-			if ch, ok := s.syncs[msg.Payload]; ok {
-				close(ch)
-				delete(s.syncs, msg.Payload)
-			}
-			s.mu.Unlock()
-			continue
-		}
-		if key, backend, ok := parseMessage(msg.Payload); ok {
-			s.received.Add(1)
-			s.notify(key, backend)
-		}
-	}
-}
-
-// Sync returns once every invalidation published (by any replica) before the call has
-// been delivered to this store's Watch functions: it publishes a marker on the channel
-// and waits for it (Redis delivers one connection's messages in publication order).
-// For tests and for measuring the invalidation delay; it costs one round trip plus the
-// delivery.
-func (s *Store) Sync(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	s.mu.Lock()
-	s.syncSeq++
-	marker := "!" + s.self + ":" + strconv.FormatUint(s.syncSeq, 10)
-	ch := make(chan struct{})
-	s.syncs[marker] = ch
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.syncs, marker)
-		s.mu.Unlock()
-	}()
-	// Published again every 100 ms: after a reconnect the subscription may not be back
-	// yet, and a message published before it is lost.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if err := s.client.Publish(ctx, s.channel, marker).Err(); err != nil && ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ch:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
-}
-
-// refreshLoop sends queued refreshes in pipelines until ctx ends.
-func (s *Store) refreshLoop(ctx context.Context) {
-	defer s.done.Done()
-	batch := make([]refreshReq, 0, refreshBatch)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case r := <-s.refreshes:
-			batch = append(batch[:0], r)
-		}
-		var flushed chan struct{}
-	fill:
-		for len(batch) < refreshBatch {
-			if last := batch[len(batch)-1]; last.flushed != nil {
-				flushed = last.flushed
-				batch = batch[:len(batch)-1]
-				break
-			}
-			select {
-			case r := <-s.refreshes:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
-		}
-		if len(batch) > 0 {
-			s.sendRefreshes(ctx, batch)
-		}
-		if flushed != nil {
-			close(flushed)
-		}
-	}
-}
-
-// Flush returns once every refresh queued before the call has been sent and its reply
-// handled (for tests and orderly shutdown).
-func (s *Store) Flush(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	ch := make(chan struct{})
-	select {
-	case s.refreshes <- refreshReq{flushed: ch}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *Store) sendRefreshes(ctx context.Context, batch []refreshReq) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.dial)
-	defer cancel()
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, r := range batch {
-		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{s.Key(r.key)}, r.backend, px(r.ttl))
-	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// The script cache is empty (a restarted server): load it, send again.
-		if refreshScript.Load(ctx, s.client).Err() == nil {
-			pipe = s.client.Pipeline()
-			for i, r := range batch {
-				cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{s.Key(r.key)}, r.backend, px(r.ttl))
-			}
-			_, err = pipe.Exec(ctx)
-		}
-	}
-	if err != nil && ctx.Err() == nil {
-		s.fail(metrics.StoreOpRefresh)
-		return
-	}
-	for i, c := range cmds {
-		v, err := c.Text()
-		if err != nil {
-			continue
-		}
-		if v != batch[i].backend { // another replica rebound it: drop our copy
-			s.notify(batch[i].key, v)
-		}
 	}
 }
