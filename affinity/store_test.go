@@ -160,13 +160,15 @@ func TestStoreConcurrentFirstTurnsOneReplica(t *testing.T) {
 		got := make([]string, 8)
 		var wg sync.WaitGroup
 		for g := range got {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				b, _, err := f.s.SelectBackend(session, "", cands)
 				if err != nil {
 					panic(err)
 				}
 				got[g] = b.ID()
-			})
+			}()
 		}
 		wg.Wait()
 		for _, b := range got {
