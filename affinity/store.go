@@ -68,7 +68,8 @@ type Store interface {
 	Forget(ctx context.Context, key StoreKey) error
 	// Watch registers fn, called (from the store's own goroutine) for every binding of
 	// key that some replica rebound to backendID ("" when forgotten). The Scheduler
-	// registers itself once in New; fn is cheap and never blocks.
+	// registers itself once in New; fn is cheap and never blocks. A store handed to a new
+	// Scheduler (e.g. rebuilt on a config reload) should call only the latest fn.
 	Watch(fn func(key StoreKey, backendID string))
 }
 
@@ -81,7 +82,7 @@ type storeOptions struct {
 // WithStore puts a shared binding [Store] behind the Scheduler's table (see [Store] for
 // what it is asked and when). nil keeps the default: no store, every decision local,
 // exactly as without this option. Ignored by NewTable. New registers the Scheduler with
-// st.Watch; one store serves one Scheduler.
+// st.Watch; one store serves one Scheduler at a time (a new Scheduler takes it over).
 func WithStore(st Store) Option { return optionFunc(func(o *options) { o.store.st = st }) }
 
 // WithStoreTimeouts sets the bound of each store call on the miss path (0: 50 ms,

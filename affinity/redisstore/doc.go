@@ -79,7 +79,8 @@
 //     broken{unhealthy} or broken{not_candidate} on the replica that made it.
 //   - Without the store (errors, retry interval) decisions are local and may diverge for
 //     sessions whose replicas see different health; they converge as described above.
-//   - One Store serves one Scheduler (it registers its invalidation callback).
+//   - One Store serves one Scheduler at a time: each affinity.New with its options
+//     registers the new Scheduler's invalidation callback in place of the previous one.
 //
 // # Concurrency and goroutines
 //

@@ -78,7 +78,7 @@ type Store struct {
 	rec     metrics.StoreRecorder
 
 	mu      sync.Mutex
-	watch   []func(affinity.StoreKey, string)
+	watch   func(affinity.StoreKey, string) // nil until Watch
 	syncs   map[string]chan struct{}
 	syncSeq uint64
 

@@ -12,18 +12,20 @@ import (
 	"github.com/agentserve/sessionaffinity/metrics"
 )
 
-// Watch implements [affinity.Store.Watch].
+// Watch implements [affinity.Store.Watch]. A Store serves one Scheduler at a time: fn
+// replaces the function registered before, so a gateway that rebuilds its Scheduler
+// (a reload) hands the same Store to the new one, which takes over the invalidations.
 func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
 	s.mu.Lock()
-	s.watch = append(s.watch, fn)
+	s.watch = fn
 	s.mu.Unlock()
 }
 
 func (s *Store) notify(key affinity.StoreKey, backend string) {
 	s.mu.Lock()
-	fns := s.watch
+	fn := s.watch
 	s.mu.Unlock()
-	for _, fn := range fns {
+	if fn != nil {
 		fn(key, backend)
 	}
 }

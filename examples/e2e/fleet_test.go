@@ -209,3 +209,35 @@ func TestReplicasWhileRedisDown(t *testing.T) {
 	require.Equal(t, a.backend, b.backend)
 	require.Equal(t, errs0, cs[0].gw.Scheduler().StoreErrors()+cs[1].gw.Scheduler().StoreErrors())
 }
+
+// TestReplicaReloadKeepsStore: an affinity change reloaded on one replica builds a new
+// Scheduler on the same store: its bindings were copied, and a move made by the other
+// replica still reaches it. A change of the store block itself needs a restart.
+func TestReplicaReloadKeepsStore(t *testing.T) {
+	cs, _ := replicas(t, 2, 0)
+	s := newSession("reload")
+	first := s.turn(cs[0]).backend
+	require.True(t, s.turn(cs[1]).hit)
+
+	cfg := cs[1].gw.Config()
+	oldSched := cs[1].gw.Scheduler()
+	cfg.Affinity.StickyTTLSeconds = affinityTTL(3600)
+	require.NoError(t, cs[1].gw.Reload(cfg))
+	require.NotSame(t, oldSched, cs[1].gw.Scheduler(), "an affinity change builds a new Scheduler")
+	r := s.turn(cs[1])
+	require.True(t, r.hit)
+	require.Equal(t, first, r.backend)
+
+	require.Positive(t, cs[0].gw.Scheduler().OnBackendDown(first))
+	moved := s.turn(cs[0]).backend
+	require.NotEqual(t, first, moved)
+	settle(t, cs)
+	r = s.turn(cs[1])
+	require.True(t, r.hit, "the new Scheduler got the invalidation")
+	require.Equal(t, moved, r.backend)
+
+	cfg.Store = &redisstore.Config{Address: cfg.Store.Address, Prefix: "elsewhere:"}
+	require.ErrorIs(t, cs[1].gw.Reload(cfg), gateway.ErrReloadNeedsRestart)
+}
+
+func affinityTTL(n int64) *int64 { return &n }
