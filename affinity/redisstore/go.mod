@@ -2,10 +2,8 @@ module github.com/agentserve/sessionaffinity/affinity/redisstore
 
 go 1.26.0
 
-replace github.com/agentserve/sessionaffinity => ../..
-
 require (
-	github.com/agentserve/sessionaffinity v0.0.0-00010101000000-000000000000
+	github.com/agentserve/sessionaffinity v0.2.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
