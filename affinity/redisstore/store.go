@@ -115,7 +115,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		ReadTimeout:           r.dial,
 		WriteTimeout:          r.dial,
 		ContextTimeoutEnabled: true,
-		MaxRetries:            -1, // the request path has 50 ms: never retry inside it
+		MaxRetries:            1, // one retry on a fresh connection (e.g. after a Redis restart), within the caller's timeout
 		IsClusterMode:         r.Cluster,
 		DisableIdentity:       true,
 	}
