@@ -250,6 +250,8 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 	now := t.clock.now()
 	var pl placement
 	pl.w, pl.st = -1, health.Healthy
+	var d decision
+	consulted := false // d holds the shared store's decision (store.go, store_lease.go)
 	for {
 		sh.mu.Lock()
 		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
@@ -257,7 +259,7 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 		var reason metrics.Reason
 		var boundID string
 		spill := placement{w: -1}
-		if found {
+		if found && !consulted {
 			e := sh.at(i)
 			if now-e.lastUse < t.ttls[e.class] {
 				slot := &sh.slots[e.slot]
@@ -285,14 +287,25 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 						charge = max(units-rp, 1)
 					}
 					if spill.w < 0 { // hit (also the losers of concurrent first turns)
+						refresh := s.store != nil && refreshDue(kh, e.lastUse, now, t.ttls[e.class])
+						ttl := t.ttls[e.class]
 						sh.touch(i, e, now)
 						sh.c.hits++
 						sh.mu.Unlock()
+						if refresh {
+							s.refresh(kh, tier, boundID, ttl)
+						}
 						s.rec.Hit(tier)
 						return s.lease(candidates[ci], bl, true, OutcomeHit, charge, sessionID, tier), nil
 					}
 					reason = metrics.ReasonOverloaded
 					pl = spill
+					if s.storeUsable(now) { // the spill is a compare-and-set in the store
+						ttl := t.ttls[e.class]
+						sh.mu.Unlock()
+						d, consulted = s.casSpill(kh, tier, candidates, boundID, spill.w, ttl, now)
+						continue
+					}
 				}
 			}
 		}
@@ -302,7 +315,23 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 			if pl, err = s.placeNew(kh, candidates, units); err != nil {
 				return Lease{}, err
 			}
+			if s.store != nil {
+				d, consulted = s.consult(kh, tier, candidates, pl.w, t.ttls[cls], now)
+			}
 			continue
+		}
+		if consulted {
+			if s.state(candidates[d.idx].node.ID()) == health.Down {
+				sh.mu.Unlock()
+				pl.w, consulted = -1, false
+				continue
+			}
+			var bl *backendLoad
+			if d.idx == pl.w {
+				bl = pl.bl
+			}
+			b, hit, _ := s.bindDecided(sh, i, kh, tier, sessionID, cls, candidates, d, now)
+			return s.lease(b, bl, hit, d.outcome(), units, sessionID, tier), nil
 		}
 		if s.state(candidates[pl.w].node.ID()) != pl.st {
 			sh.mu.Unlock()
