@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/affinity/redisstore"
+	"github.com/agentserve/sessionaffinity/metrics"
 )
 
 // ErrStoreConfig: a bad store.* field (wraps redisstore's error, e.g.
@@ -30,7 +31,8 @@ func (g *Gateway) openStore(cfg *redisstore.Config) ([]affinity.Option, error) {
 	if cfg == nil {
 		return nil, nil
 	}
-	st, err := redisstore.New(*cfg, redisstore.WithRecorder(g.rec))
+	sr, _ := g.rec.(metrics.StoreRecorder) // the Prometheus exporter counts store errors
+	st, err := redisstore.New(*cfg, redisstore.WithRecorder(sr))
 	if err != nil {
 		return nil, invalidFrom(ErrStoreConfig, "store", err, redisstore.ErrInvalidConfig)
 	}
