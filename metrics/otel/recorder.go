@@ -25,6 +25,14 @@ const (
 	MetricEvictions    = "agentserve.affinity.evictions"     // Int64Counter {tier}
 	MetricParentPlaced = "agentserve.affinity.parent_placed" // Int64Counter {tier}
 	MetricBindings     = "agentserve.affinity.bindings"      // Int64ObservableGauge, no attributes
+	// MetricPromptTokens and MetricCachedPromptTokens count the prompt tokens of affinity
+	// hits and how many of them the backend served from its prefix cache
+	// ([metrics.UsageRecorder]); their ratio is the tier's achieved reuse.
+	MetricPromptTokens       = "agentserve.affinity.prompt_tokens"        // Int64Counter {tier}
+	MetricCachedPromptTokens = "agentserve.affinity.cached_prompt_tokens" // Int64Counter {tier}
+	// MetricStoreErrors counts failed calls to a shared binding store, each of which made
+	// the Scheduler decide from its local table ([metrics.StoreRecorder]).
+	MetricStoreErrors = "agentserve.affinity.store_errors" // Int64Counter {op}
 )
 
 // ScopeName is the instrumentation scope (meter name) the instruments are created under.
@@ -34,9 +42,12 @@ const ScopeName = "github.com/agentserve/sessionaffinity/metrics/otel"
 const (
 	// AttrTier is the tier attribute of every counter.
 	AttrTier = "tier"
-	// AttrReason is the reason attribute of MetricBroken: "down", "unhealthy" or
-	// "not_candidate" (metrics.Reason.String).
+	// AttrReason is the reason attribute of MetricBroken: "down", "unhealthy",
+	// "not_candidate" or "overloaded" (metrics.Reason.String).
 	AttrReason = "reason"
+	// AttrOp is the op attribute of MetricStoreErrors: one of the metrics.StoreOp* values
+	// (claim, rebind, refresh, forget, watch); any other value is counted as "other".
+	AttrOp = "op"
 	// TierDefault is the attribute value of the empty tier "".
 	TierDefault = "default"
 	// TierOther is the value every folded tier is counted under: tiers outside the
@@ -113,6 +124,8 @@ func WithMaxTiers(n int) Option {
 // first event takes a mutex once.
 type Recorder struct {
 	hits, misses, broken, evictions, parent metric.Int64Counter
+	prompt, cached, storeErrors             metric.Int64Counter
+	ops                                     map[string][]metric.AddOption // op attribute sets, read-only after New
 	bindingsFn                              atomic.Pointer[func() int]
 	reg                                     metric.Registration
 
@@ -132,10 +145,25 @@ type tierAttrs struct {
 	broken [metrics.NumReasons + 1][]metric.AddOption // index = Reason; [0] unused
 }
 
-var _ metrics.Recorder = (*Recorder)(nil)
+var (
+	_ metrics.Recorder       = (*Recorder)(nil)
+	_ metrics.UsageRecorder  = (*Recorder)(nil)
+	_ metrics.StoreRecorder  = (*Recorder)(nil)
+	_ metrics.ParentRecorder = (*Recorder)(nil)
+)
+
+// storeOps are the op attribute values of MetricStoreErrors; anything else is "other".
+func storeOps() map[string][]metric.AddOption {
+	m := map[string][]metric.AddOption{}
+	for _, op := range []string{metrics.StoreOpClaim, metrics.StoreOpRebind, metrics.StoreOpRefresh,
+		metrics.StoreOpForget, metrics.StoreOpWatch, TierOther} {
+		m[op] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrOp, op)))}
+	}
+	return m
+}
 
 // New creates the instruments agentserve.affinity.hits, .misses, .broken, .evictions,
-// .parent_placed (Int64Counters) and .bindings (Int64ObservableGauge reading the func
+// .parent_placed, .prompt_tokens, .cached_prompt_tokens, .store_errors (Int64Counters) and .bindings (Int64ObservableGauge reading the func
 // given to [Recorder.ObserveBindings] at collection time) on mp.Meter([ScopeName]).
 //
 // mp must be non-nil ([ErrNilMeterProvider]); New never reads the global provider.
@@ -173,6 +201,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 	r.broken = counter(MetricBroken, "{binding}", "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate).")
 	r.evictions = counter(MetricEvictions, "{binding}", "Bindings evicted at the capacity limit (least recently used), by tier.")
 	r.parent = counter(MetricParentPlaced, "{request}", "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier.")
+	r.prompt = counter(MetricPromptTokens, "{token}", "Prompt tokens of affinity hits whose backend reported usage, by tier.")
+	r.cached = counter(MetricCachedPromptTokens, "{token}", "Prompt tokens of affinity hits the backend served from its prefix cache, by tier.")
+	r.storeErrors = counter(MetricStoreErrors, "{call}", "Failed calls to the shared binding store (each decided from the local table instead), by op.")
+	r.ops = storeOps()
 	if err != nil {
 		return nil, err
 	}
@@ -282,8 +314,31 @@ func (r *Recorder) ParentPlaced(tier string) {
 	r.parent.Add(context.Background(), 1, r.resolve(tier).tier...)
 }
 
+// Usage adds the prompt tokens of one affinity hit and how many of them the backend served
+// from its prefix cache to tier's counters. Negative values count as 0 and cached is
+// capped at prompt, so the ratio stays within [0, 1]. It implements
+// [metrics.UsageRecorder]. 0 allocs for a tier already seen.
+func (r *Recorder) Usage(tier string, promptTokens, cachedPromptTokens int64) {
+	prompt := max(promptTokens, 0)
+	cached := min(max(cachedPromptTokens, 0), prompt)
+	ta := r.resolve(tier)
+	r.prompt.Add(context.Background(), prompt, ta.tier...)
+	r.cached.Add(context.Background(), cached, ta.tier...)
+}
+
+// StoreError counts one failed call to the shared binding store; op is one of the
+// metrics.StoreOp* values (any other value is counted as "other", so the attribute stays
+// bounded). It implements [metrics.StoreRecorder]. 0 allocs.
+func (r *Recorder) StoreError(op string) {
+	opts, ok := r.ops[op]
+	if !ok {
+		opts = r.ops[TierOther]
+	}
+	r.storeErrors.Add(context.Background(), 1, opts...)
+}
+
 // Broken counts one broken binding for tier and reason. An invalid reason is a caller
-// bug and is dropped, so the reason attribute keeps exactly its three values.
+// bug and is dropped, so the reason attribute keeps exactly the metrics.Reason values.
 func (r *Recorder) Broken(tier string, reason metrics.Reason) {
 	if !reason.Valid() {
 		return

@@ -27,6 +27,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var (
 	_ metrics.Recorder       = (*otelaffinity.Recorder)(nil)
 	_ metrics.ParentRecorder = (*otelaffinity.Recorder)(nil)
+	_ metrics.UsageRecorder  = (*otelaffinity.Recorder)(nil)
+	_ metrics.StoreRecorder  = (*otelaffinity.Recorder)(nil)
 )
 
 func newRecorder(t *testing.T, opts ...otelaffinity.Option) (*otelaffinity.Recorder, *sdkmetric.ManualReader) {
@@ -89,17 +91,33 @@ func TestInstruments(t *testing.T) {
 	rec.Broken("", metrics.Reason(9)) // invalid: dropped
 	rec.Evicted("gpu-a100")
 	rec.ParentPlaced("gpu-a100")
+	rec.Broken("", metrics.ReasonOverloaded)
+	rec.Usage("gpu-a100", 1000, 900)
+	rec.Usage("gpu-a100", 500, 800) // cached capped at prompt
+	rec.Usage("", -5, -1)           // negatives count as 0
+	rec.StoreError(metrics.StoreOpClaim)
+	rec.StoreError(metrics.StoreOpClaim)
+	rec.StoreError(metrics.StoreOpRefresh)
+	rec.StoreError("made-up") // unbounded values fold to "other"
 
 	want := []string{
 		"agentserve.affinity.bindings{} 7",
 		"agentserve.affinity.broken{reason=down,tier=gpu-a100} 2",
 		"agentserve.affinity.broken{reason=not_candidate,tier=default} 1",
+		"agentserve.affinity.broken{reason=overloaded,tier=default} 1",
+		"agentserve.affinity.cached_prompt_tokens{tier=default} 0",
+		"agentserve.affinity.cached_prompt_tokens{tier=gpu-a100} 1400",
 		"agentserve.affinity.evictions{tier=gpu-a100} 1",
 		"agentserve.affinity.hits{tier=default} 2",
 		"agentserve.affinity.hits{tier=gpu-a100} 1",
 		"agentserve.affinity.misses{tier=default} 1",
 		"agentserve.affinity.misses{tier=gpu-a100} 1",
 		"agentserve.affinity.parent_placed{tier=gpu-a100} 1",
+		"agentserve.affinity.prompt_tokens{tier=default} 0",
+		"agentserve.affinity.prompt_tokens{tier=gpu-a100} 1500",
+		"agentserve.affinity.store_errors{op=claim} 2",
+		"agentserve.affinity.store_errors{op=other} 1",
+		"agentserve.affinity.store_errors{op=refresh} 1",
 	}
 	assert.Equal(t, want, collect(t, reader))
 
@@ -116,6 +134,8 @@ func TestUnitsAndDescriptions(t *testing.T) {
 	rec.Broken("", metrics.ReasonDown)
 	rec.Evicted("")
 	rec.ParentPlaced("")
+	rec.Usage("", 10, 5)
+	rec.StoreError(metrics.StoreOpWatch)
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	units := map[string]string{}
@@ -127,6 +147,8 @@ func TestUnitsAndDescriptions(t *testing.T) {
 		otelaffinity.MetricHits: "{request}", otelaffinity.MetricMisses: "{request}",
 		otelaffinity.MetricBroken: "{binding}", otelaffinity.MetricEvictions: "{binding}",
 		otelaffinity.MetricParentPlaced: "{request}", otelaffinity.MetricBindings: "{binding}",
+		otelaffinity.MetricPromptTokens: "{token}", otelaffinity.MetricCachedPromptTokens: "{token}",
+		otelaffinity.MetricStoreErrors: "{call}",
 	}, units)
 }
 
