@@ -58,15 +58,16 @@ func ParseSweep(spec string) ([]SweepPoint, error) {
 	return grid, nil
 }
 
-// runSweep replays the load-aware policy at every grid point (cold_cache_ratio from pc) and writes one table: prefix
+// runSweep replays the load-aware policy at every grid point (the other load keys from pc) and writes one table: prefix
 // hit vs the cache-aware reference and p99 vs least-loaded of base (the main run's
 // results, same cluster), and whether the goal (>= 97 % and <= 1.0x) is met.
 func runSweep(w io.Writer, grid []SweepPoint, reqs []Request, sess *Sessions, ids []string, pc PolicyConfig, rc ReplayConfig, base []*Result) error {
 	fmt.Fprintf(w, "\nload-aware sweep (balance_factor x spill_cost_weight), N = %d, %d blocks/backend:\n\n", rc.Backends, rc.CacheBlocks)
 	fmt.Fprintln(w, "| balance_factor | spill_cost_weight | prefix hit | vs cache-aware | affinity hit | spills | p50 | p99 | p99 vs least-loaded | goal |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, pt := range grid {
-		p, err := newLeasePolicy("load-aware", pc.Backends, pc.TTL,
-			affinity.LoadConfig{BalanceFactor: pt.Factor, SpillCostWeight: affinity.SpillWeight(pt.Weight), ColdCacheRatio: pc.Load.ColdCacheRatio})
+		load := pc.Load // the other keys as the main run's
+		load.BalanceFactor, load.SpillCostWeight = pt.Factor, affinity.SpillWeight(pt.Weight)
+		p, err := newLeasePolicy("load-aware", pc.Backends, pc.TTL, load)
 		if err != nil {
 			return err
 		}
