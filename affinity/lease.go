@@ -220,9 +220,12 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 //
 // Errors: those of SelectBackend, and ErrInvalidCost; nothing is stored, counted or
 // leased then. Safe for concurrent use. Cost: SelectBackend's plus one atomic add and a
-// pooled lease record (0 allocs in the steady state); with load awareness on, a hit on a
-// busy backend and every miss read the load of each candidate (O(len(candidates)) atomic
-// loads and lock-free map lookups; a sort only when the HRW winner is over the bound).
+// pooled lease record (0 allocs in the steady state); with load awareness on, a hit reads
+// its own backend's load only, unless that backend's wait exceeds spill_cost_weight x
+// reprefill (only then can the guard let it spill); such a hit and every miss read the
+// load of each candidate (O(len(candidates)) atomic loads and lock-free map lookups), and
+// rank the candidates (one pass, no sort) only when the session must be placed or its
+// backend is over the bound.
 func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (Lease, error) {
 	if cost < 0 {
 		return Lease{}, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
@@ -279,7 +282,11 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 					if s.ld.p.on {
 						bl = s.ld.loads.get(slot.id, slot.hash)
 						rp := reprefill(e, units)
-						if s.ld.p.spill {
+						// The guard needs wait(bound) - wait(target) > w x rp with wait(target)
+						// >= 0, and an idle backend is never overloaded: a hit whose own
+						// backend's wait is at most w x rp (or 0) stays without reading the
+						// other candidates' loads.
+						if v := bl.view(&s.ld.p); s.ld.p.spill && v != 0 && float64(v) > s.ld.p.weight*float64(rp) {
 							spill = s.spillTarget(kh, candidates, ci, bl, units, rp)
 						}
 						// A hit on a warm backend queues only the prompt beyond the cached
@@ -385,14 +392,12 @@ func (s *Scheduler) placeNew(kh uint64, cands []Backend, units int64) (placement
 }
 
 // spillTarget returns the placement a hit on candidates[ci] (whose load is bl) should move
-// to, or w = -1 to stay: an idle backend is never overloaded; otherwise the bound backend
-// must be over the bound, a target under the bound must exist after it on the session's
+// to, or w = -1 to stay (the caller has checked that the bound backend is not idle, as an
+// idle backend is never overloaded, and that its wait exceeds spill_cost_weight x rp):
+// the bound backend must be over the bound, a target under the bound must exist after it on the session's
 // HRW ranking, and wait(bound) - wait(target) > spill_cost_weight x rp.
 func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendLoad, units, rp int64) placement {
 	stay := placement{w: -1}
-	if bl.view(s.ld.p.queuedCost) == 0 {
-		return stay
-	}
 	pl, err := s.walk(kh, cands, units, ci)
 	if err != nil || !pl.boundOver || pl.w < 0 {
 		return stay

@@ -158,10 +158,10 @@ func (b *backendLoad) counts() (requests, cost int64) {
 
 // view returns the backend's load in prompt tokens as the placement rules see it: the cost
 // leased here plus queuedCost for each reported request beyond the ones leased here.
-func (b *backendLoad) view(queuedCost int64) int64 {
+func (b *backendLoad) view(p *loadParams) int64 {
 	n, l := b.counts()
 	if rep := b.reported.Load(); rep > n {
-		l += (rep - n) * queuedCost
+		l += (rep - n) * p.queuedCost
 	}
 	return l
 }

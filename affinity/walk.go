@@ -91,7 +91,7 @@ func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (pl
 
 // walkIn is walk over the scratch w (sized for cands, set zeroed).
 func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w *walkScratch) (placement, error) {
-	q := s.ld.p.queuedCost
+	q := &s.ld.p
 	mask := len(w.set) - 1
 	pl := placement{w: -1}
 	var nH, nD int       // eligible Healthy / Draining candidates
@@ -121,12 +121,7 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		}
 		bl := s.ld.loads.get(c.node.ID(), h)
 		load := bl.view(q)
-		w.m[i], w.bl[i], w.load[i] = hrw.Mix(kh, h)>>11, bl, load
-		if wt := c.node.Weight(); i == 0 || w0 == 0 {
-			w0 = wt
-		} else if wt != w0 {
-			varied = true
-		}
+		w.bl[i], w.load[i] = bl, load
 		if i == bound {
 			pl.boundLoad = load
 		}
@@ -148,17 +143,32 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	if n == 0 {
 		return pl, noEligible(cands)
 	}
+	limit := s.ld.p.factor * float64(total+units) / float64(n)
+	under := func(load int64) bool { return load == 0 || float64(load+units) <= limit }
+	if bound >= 0 {
+		pl.boundOver = !under(pl.boundLoad)
+		if !pl.boundOver {
+			return pl, nil // a hit under the bound stays: no ranking needed
+		}
+	}
+	// Rank keys only now: a hit under the bound never needs them.
+	for i := range cands {
+		if w.bl[i] == nil { // a later copy of an ID
+			continue
+		}
+		w.m[i] = hrw.Mix(kh, cands[i].node.Hash()) >> 11
+		if wt := cands[i].node.Weight(); i == 0 || w0 == 0 {
+			w0 = wt
+		} else if wt != w0 {
+			varied = true
+		}
+	}
 	if varied {
 		for i := range cands {
 			if w.st[i] != stateSkip {
 				w.s[i] = hrw.Score(kh, cands[i].node)
 			}
 		}
-	}
-	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	under := func(load int64) bool { return load == 0 || float64(load+units) <= limit }
-	if bound >= 0 {
-		pl.boundOver = !under(pl.boundLoad)
 	}
 	// better reports whether candidate a ranks before b: score (weights differ), m, ID,
 	// index — the order of package hrw.
