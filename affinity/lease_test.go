@@ -335,6 +335,21 @@ func TestSpill(t *testing.T) {
 		assert.Equal(t, 1, rec.CountBroken("gold", metrics.ReasonOverloaded))
 		assert.Equal(t, affinity.TierReuse{PromptTokens: 1000}, s.Reuse("gold"))
 	})
+	// The guard's edge, where a hit decides from its own backend's load alone: with the
+	// others idle, wait(bound) - wait(target) = wait(bound), so the session stays at
+	// wait = weight x reprefill and moves one token above it.
+	for _, tc := range []struct {
+		wait int64
+		want affinity.Outcome
+	}{{1000, affinity.OutcomeHit}, {1001, affinity.OutcomeSpill}} {
+		t.Run(fmt.Sprintf("guard edge wait=%d", tc.wait), func(t *testing.T) {
+			s, _, first := setup(t, 1) // reprefill min(1000, 1000) x weight 1
+			pile(t, s, first.Backend.ID(), tc.wait)
+			l, err := s.Acquire("sess", "gold", bs, 1000)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, l.Outcome)
+		})
+	}
 	t.Run("spill disabled", func(t *testing.T) {
 		cfg := loadCfg(1.5, 0)
 		cfg.Load.DisableSpill = true
