@@ -34,3 +34,22 @@ func BenchmarkNoopHit(b *testing.B) {
 		r.Hit("silver")
 	}
 }
+
+// The adapters' steady path: a known tier, and a folded one once the label set is full.
+func BenchmarkTierLabelsResolve(b *testing.B) {
+	l, err := metrics.NewTierLabels(metrics.TierLabelsConfig{MaxTiers: 4}, func(label string) *string { return &label })
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range []string{"gold", "silver", "bronze", "free"} {
+		l.Resolve(t)
+	}
+	for _, tier := range []string{"silver", "folded"} {
+		b.Run(tier, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Resolve(tier)
+			}
+		})
+	}
+}

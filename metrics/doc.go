@@ -14,6 +14,10 @@
 //     [Counters.Total] (usable with expvar, a /debug page, or in tests); a hit costs no
 //     allocation and no lock on the steady path;
 //   - [Recording], a test helper that logs every event in order, for users' tests.
+//   - [TierLabels], the tier folding shared by the metric adapters (Prometheus,
+//     OpenTelemetry): an allow-list or the first N distinct tiers keep their label, the
+//     empty tier is "default", everything else "other"; a known tier resolves to its
+//     pre-built payload lock-free with 0 allocs. Use it when writing your own adapter.
 //
 // What it is not: a Prometheus client. The core module has no Prometheus dependency; the
 // Prometheus adapter (counters agentserve_affinity_*_total with a tier label, broken_total

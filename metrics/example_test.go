@@ -55,3 +55,25 @@ func ExampleReason() {
 	// unhealthy
 	// not_candidate
 }
+
+// TierLabels is the tier folding behind the metric adapters: each kept tier gets one
+// payload (here just its label; an adapter keeps its pre-resolved counters), built once.
+func ExampleTierLabels() {
+	labels, err := metrics.NewTierLabels(metrics.TierLabelsConfig{MaxTiers: 2},
+		func(label string) string { return "series{tier=" + label + "}" })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, tier := range []string{"gold", "", "silver", "gold", "\xff"} {
+		fmt.Printf("%q -> %s\n", tier, labels.Resolve(tier))
+	}
+	fmt.Println(labels.Label("bronze")) // full: would be folded; Label creates nothing
+	// Output:
+	// "gold" -> series{tier=gold}
+	// "" -> series{tier=default}
+	// "silver" -> series{tier=other}
+	// "gold" -> series{tier=gold}
+	// "\xff" -> series{tier=other}
+	// other
+}
