@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -57,7 +55,7 @@ const (
 	// DefaultMaxTiers is the number of distinct tier values kept without an allow-list.
 	DefaultMaxTiers = 32
 	// MaxTierAttrBytes is the longest tier kept as an attribute value.
-	MaxTierAttrBytes = 128
+	MaxTierAttrBytes = metrics.MaxTierLabelBytes
 )
 
 // Errors returned by [New].
@@ -72,11 +70,7 @@ var (
 // Option configures [New].
 type Option interface{ apply(*config) error }
 
-type config struct {
-	allow    []string
-	hasAllow bool
-	maxTiers int
-}
+type config struct{ tiers metrics.TierLabelsConfig }
 
 type optionFunc func(*config) error
 
@@ -90,12 +84,12 @@ func WithTiers(allow ...string) Option {
 	list := append([]string(nil), allow...)
 	return optionFunc(func(c *config) error {
 		for _, t := range list {
-			if !validTier(t) {
+			if !metrics.ValidTierLabel(t) {
 				return fmt.Errorf("%w: WithTiers(%q): not valid UTF-8 or longer than %d bytes", ErrInvalidOption, t, MaxTierAttrBytes)
 			}
 		}
-		c.allow = list
-		c.hasAllow = true
+		c.tiers.Allow = list
+		c.tiers.HasAllow = true
 		return nil
 	})
 }
@@ -109,7 +103,7 @@ func WithMaxTiers(n int) Option {
 		if n < 1 {
 			return fmt.Errorf("%w: WithMaxTiers(%d): want >= 1", ErrInvalidOption, n)
 		}
-		c.maxTiers = n
+		c.tiers.MaxTiers = n
 		return nil
 	})
 }
@@ -127,14 +121,11 @@ type Recorder struct {
 	prompt, cached, storeErrors             metric.Int64Counter
 	ops                                     map[string][]metric.AddOption // op attribute sets, read-only after New
 	bindingsFn                              atomic.Pointer[func() int]
+	mu                                      sync.Mutex // guards reg
 	reg                                     metric.Registration
 
-	tiers atomic.Pointer[map[string]*tierAttrs]
-	full  atomic.Bool
-	mu    sync.Mutex
-	kept  int // distinct tier values created without an allow-list (under mu)
-	max   int
-	other *tierAttrs
+	// tiers folds a tier string to its attribute value and pre-built attributes.
+	tiers *metrics.TierLabels[*tierAttrs]
 }
 
 // tierAttrs are the pre-built measurement options of one tier value.
@@ -173,7 +164,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 	if mp == nil {
 		return nil, ErrNilMeterProvider
 	}
-	cfg := config{maxTiers: DefaultMaxTiers}
+	cfg := config{tiers: metrics.TierLabelsConfig{MaxTiers: DefaultMaxTiers}}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -183,7 +174,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 		}
 	}
 	m := mp.Meter(ScopeName)
-	r := &Recorder{max: cfg.maxTiers}
+	r := &Recorder{}
 	var err error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		if err != nil {
@@ -221,21 +212,11 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 		return nil, fmt.Errorf("otelaffinity: registering %s callback: %w", MetricBindings, err)
 	}
 
-	r.other = newTierAttrs(TierOther)
-	tiers := map[string]*tierAttrs{TierOther: r.other}
-	if cfg.hasAllow {
-		for _, t := range cfg.allow {
-			label := t
-			if t == "" {
-				label = TierDefault
-			}
-			if _, ok := tiers[t]; !ok {
-				tiers[t] = newTierAttrs(label)
-			}
-		}
-		r.full.Store(true)
+	r.tiers, err = metrics.NewTierLabels(cfg.tiers, newTierAttrs)
+	if err != nil { // unreachable: the options were validated above
+		_ = r.reg.Unregister()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	r.tiers.Store(&tiers)
 	return r, nil
 }
 
@@ -248,54 +229,9 @@ func newTierAttrs(value string) *tierAttrs {
 	return ta
 }
 
-func validTier(t string) bool { return len(t) <= MaxTierAttrBytes && utf8.ValidString(t) }
-
-// resolve returns the attributes of tier: lock-free for a tier already in the map and
-// for folded tiers once the value set is full.
-func (r *Recorder) resolve(tier string) *tierAttrs {
-	if ta, ok := (*r.tiers.Load())[tier]; ok {
-		return ta
-	}
-	if tier != "" && r.full.Load() {
-		return r.other
-	}
-	if !validTier(tier) {
-		return r.other
-	}
-	return r.add(tier)
-}
-
-func (r *Recorder) add(tier string) *tierAttrs {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.tiers.Load()
-	if ta, ok := old[tier]; ok {
-		return ta
-	}
-	value := tier
-	switch {
-	case tier == "":
-		value = TierDefault
-		if !r.full.Load() {
-			r.kept++
-		}
-	case r.full.Load():
-		return r.other
-	default:
-		r.kept++
-	}
-	if r.kept >= r.max {
-		r.full.Store(true)
-	}
-	ta := newTierAttrs(value)
-	m := make(map[string]*tierAttrs, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[strings.Clone(tier)] = ta
-	r.tiers.Store(&m)
-	return ta
-}
+// resolve returns the attributes of tier: lock-free for a tier already seen and for
+// folded tiers once the value set is full.
+func (r *Recorder) resolve(tier string) *tierAttrs { return r.tiers.Resolve(tier) }
 
 // Hit counts one affinity hit for tier.
 func (r *Recorder) Hit(tier string) { r.hits.Add(context.Background(), 1, r.resolve(tier).tier...) }
@@ -381,15 +317,4 @@ func (r *Recorder) Close() error {
 // Tier returns the tier attribute value events for tier are (or would now be) counted
 // under: "default" for "", the tier itself if kept, otherwise "other". It does not create
 // a value. Safe for concurrent use; lock-free, 0 allocs.
-func (r *Recorder) Tier(tier string) string {
-	if tier == "" {
-		return TierDefault
-	}
-	if _, ok := (*r.tiers.Load())[tier]; ok {
-		return tier
-	}
-	if r.full.Load() || !validTier(tier) {
-		return TierOther
-	}
-	return tier
-}
+func (r *Recorder) Tier(tier string) string { return r.tiers.Label(tier) }

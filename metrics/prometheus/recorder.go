@@ -3,10 +3,7 @@ package prometheus
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,7 +50,7 @@ const (
 	// DefaultMaxTiers is the number of distinct tier labels kept without an allow-list.
 	DefaultMaxTiers = 32
 	// MaxTierLabelBytes is the longest tier kept as a label; longer tiers fold to "other".
-	MaxTierLabelBytes = 128
+	MaxTierLabelBytes = metrics.MaxTierLabelBytes
 )
 
 // Errors returned by [New].
@@ -68,11 +65,7 @@ var (
 // Option configures [New].
 type Option interface{ apply(*config) error }
 
-type config struct {
-	allow    []string
-	hasAllow bool
-	maxTiers int
-}
+type config struct{ tiers metrics.TierLabelsConfig }
 
 type optionFunc func(*config) error
 
@@ -88,12 +81,12 @@ func WithTiers(allow ...string) Option {
 	list := append([]string(nil), allow...)
 	return optionFunc(func(c *config) error {
 		for _, t := range list {
-			if !validTier(t) {
+			if !metrics.ValidTierLabel(t) {
 				return fmt.Errorf("%w: WithTiers(%q): not valid UTF-8 or longer than %d bytes", ErrInvalidOption, t, MaxTierLabelBytes)
 			}
 		}
-		c.allow = list
-		c.hasAllow = true
+		c.tiers.Allow = list
+		c.tiers.HasAllow = true
 		return nil
 	})
 }
@@ -107,7 +100,7 @@ func WithMaxTiers(n int) Option {
 		if n < 1 {
 			return fmt.Errorf("%w: WithMaxTiers(%d): want >= 1", ErrInvalidOption, n)
 		}
-		c.maxTiers = n
+		c.tiers.MaxTiers = n
 		return nil
 	})
 }
@@ -126,15 +119,8 @@ type Recorder struct {
 	storeErrors                     *prometheus.CounterVec
 	bindingsFn                      atomic.Pointer[func() int]
 
-	// tiers maps a tier string to its resolved counters: an immutable map replaced
-	// copy-on-write under mu when a tier is added.
-	tiers atomic.Pointer[map[string]*tierCounters]
-	// full is set once no new tier label can be added (always with an allow-list).
-	full  atomic.Bool
-	mu    sync.Mutex
-	kept  int // distinct tier labels created without an allow-list (under mu)
-	max   int
-	other *tierCounters
+	// tiers folds a tier string to its label and resolved counters.
+	tiers *metrics.TierLabels[*tierCounters]
 }
 
 // tierCounters are the pre-resolved children of one tier label.
@@ -173,7 +159,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 	if reg == nil {
 		return nil, ErrNilRegisterer
 	}
-	cfg := config{maxTiers: DefaultMaxTiers}
+	cfg := config{tiers: metrics.TierLabelsConfig{MaxTiers: DefaultMaxTiers}}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -208,7 +194,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStoreErrors,
 			Help: "Failed calls to the shared binding store (Redis), each one decided from the local table instead, by op."},
 			[]string{LabelOp}),
-		max: cfg.maxTiers,
 	}
 	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,
 		Help: "Stored session-to-backend bindings (expired ones not yet reclaimed included), read at scrape time."}, r.readBindings)
@@ -231,22 +216,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 	for _, op := range storeOps {
 		r.storeErrors.WithLabelValues(op) // every op at 0 from the start
 	}
-	// "other" exists from the start so a folded tier never needs the lock.
-	r.other = r.newTierCounters(TierOther)
-	m := map[string]*tierCounters{TierOther: r.other}
-	if cfg.hasAllow {
-		for _, t := range cfg.allow {
-			label := t
-			if t == "" {
-				label = TierDefault
-			}
-			if _, ok := m[t]; !ok {
-				m[t] = r.newTierCounters(label)
-			}
+	// "other" and the allow-listed tiers' series exist from the start.
+	tiers, err := metrics.NewTierLabels(cfg.tiers, r.newTierCounters)
+	if err != nil { // unreachable: the options were validated above
+		for _, done := range registered {
+			reg.Unregister(done)
 		}
-		r.full.Store(true)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	r.tiers.Store(&m)
+	r.tiers = tiers
 	return r, nil
 }
 
@@ -265,57 +243,9 @@ func (r *Recorder) newTierCounters(label string) *tierCounters {
 	return tc
 }
 
-func validTier(t string) bool { return len(t) <= MaxTierLabelBytes && utf8.ValidString(t) }
-
 // resolve returns the counters of tier: lock-free and allocation-free for a tier already
-// in the map and for folded tiers once the label set is full.
-func (r *Recorder) resolve(tier string) *tierCounters {
-	if tc, ok := (*r.tiers.Load())[tier]; ok {
-		return tc
-	}
-	if tier != "" && r.full.Load() {
-		return r.other
-	}
-	if !validTier(tier) {
-		return r.other
-	}
-	return r.add(tier)
-}
-
-// add creates tier's label under the lock. The empty tier is always kept, as "default";
-// without an allow-list it counts as one of the max distinct tiers.
-func (r *Recorder) add(tier string) *tierCounters {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.tiers.Load()
-	if tc, ok := old[tier]; ok {
-		return tc
-	}
-	label := tier
-	switch {
-	case tier == "":
-		label = TierDefault
-		if !r.full.Load() {
-			r.kept++
-		}
-	case r.full.Load():
-		return r.other
-	default:
-		r.kept++
-	}
-	if r.kept >= r.max {
-		r.full.Store(true)
-	}
-	// A label already present (e.g. "default" for both "" and "default") shares its children.
-	tc := r.newTierCounters(label)
-	m := make(map[string]*tierCounters, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[strings.Clone(tier)] = tc
-	r.tiers.Store(&m)
-	return tc
-}
+// seen and for folded tiers once the label set is full.
+func (r *Recorder) resolve(tier string) *tierCounters { return r.tiers.Resolve(tier) }
 
 // Hit counts one affinity hit for tier. 0 allocs for a known tier.
 func (r *Recorder) Hit(tier string) { r.resolve(tier).hits.Inc() }
@@ -376,15 +306,4 @@ func (r *Recorder) readBindings() float64 {
 // Label returns the tier label value events for tier are (or would now be) counted
 // under: "default" for "", the tier itself if kept, otherwise "other". It does not create
 // a label. Safe for concurrent use; lock-free, one map lookup, 0 allocs.
-func (r *Recorder) Label(tier string) string {
-	if tier == "" {
-		return TierDefault
-	}
-	if _, ok := (*r.tiers.Load())[tier]; ok {
-		return tier
-	}
-	if r.full.Load() || !validTier(tier) {
-		return TierOther
-	}
-	return tier
-}
+func (r *Recorder) Label(tier string) string { return r.tiers.Label(tier) }
