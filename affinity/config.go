@@ -241,6 +241,9 @@ type yamlNumbers struct {
 		DisableSpill      any `yaml:"disable_spill" json:"disable_spill"`
 		QueuedRequestCost any `yaml:"queued_request_cost" json:"queued_request_cost"`
 		ColdCacheRatio    any `yaml:"cold_cache_ratio" json:"cold_cache_ratio"`
+		DrainTokensPerSec any `yaml:"drain_tokens_per_second" json:"drain_tokens_per_second"`
+		DrainEWMAWeight   any `yaml:"drain_ewma_weight" json:"drain_ewma_weight"`
+		RetentionGuard    any `yaml:"retention_guard_factor" json:"retention_guard_factor"`
 	} `yaml:"load" json:"load"`
 }
 

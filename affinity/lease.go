@@ -89,6 +89,9 @@ type leaseRec struct {
 	s       *Scheduler
 	bl      *backendLoad
 	cost    int64
+	start   int64 // clock reading at Acquire (drain model only)
+	idle    int64 // a hit's time since its binding's previous use, ns (drain model only)
+	rp      int64 // a hit's expected cached prefix, tokens (drain model only; 0: not a hit)
 	session string
 	tier    string
 	hit     bool
@@ -114,8 +117,16 @@ func (l Lease) Done(info DoneInfo) {
 	}
 	s, bl, cost, session, tier, hit := r.s, r.bl, r.cost, r.session, r.tier, r.hit
 	r.bl, r.session, r.tier = nil, "", ""
+	start, idle, rp := r.start, r.idle, r.rp
+	r.idle, r.rp = 0, 0
 	s.ld.leases.Put(r)
 	bl.sub(cost)
+	if s.ld.p.drainRate > 0 { // the drain model learns (drainmodel.go)
+		s.learnDrain(bl, start, cost, info)
+		if rp > 0 && info.Err == nil && info.PromptTokens > 0 {
+			bl.learnRetention(&s.ld.p, idle, rp, info.CachedPromptTokens)
+		}
+	}
 	if info.Err != nil || info.PromptTokens <= 0 {
 		return
 	}
@@ -198,10 +209,16 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
 	bl.add(units)
+	var start int64
+	if s.ld.p.drainRate > 0 {
+		start = s.t.clock.now()
+		bl.charge(&s.ld.p, start, units)
+	}
 	r, ok := s.ld.leases.Get().(*leaseRec)
 	if !ok {
 		r = &leaseRec{s: s}
 	}
+	r.start = start
 	r.bl, r.cost, r.session, r.tier, r.hit = bl, units, session, tier, hit
 	return Lease{Backend: b, AffinityHit: hit, Outcome: o, rec: r, gen: r.gen.Load()}
 }
@@ -278,20 +295,26 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 					reason = metrics.ReasonUnhealthy
 				default:
 					var bl *backendLoad
+					var rp, idle int64
 					charge := units
 					if s.ld.p.on {
 						bl = s.ld.loads.get(slot.id, slot.hash)
-						rp := reprefill(e, units)
+						rp = reprefill(e, units)
+						grp, kept := rp, rp       // the guard's reprefill, the prefix expected cached
+						if s.ld.p.drainRate > 0 { // cache retention (drainmodel.go)
+							idle = now - e.lastUse
+							grp, kept = bl.retainedPrefix(&s.ld.p, idle, rp)
+						}
 						// The guard needs wait(bound) - wait(target) > w x rp with wait(target)
 						// >= 0, and an idle backend is never overloaded: a hit whose own
 						// backend's wait is at most w x rp (or 0) stays without reading the
 						// other candidates' loads.
-						if v := bl.view(&s.ld.p); s.ld.p.spill && v != 0 && float64(v) > s.ld.p.weight*float64(rp) {
-							spill = s.spillTarget(kh, candidates, ci, bl, units, rp)
+						if v := bl.view(&s.ld.p, now); s.ld.p.spill && v != 0 && float64(v) > s.ld.p.weight*float64(grp) {
+							spill = s.spillTarget(kh, candidates, ci, bl, units, grp)
 						}
 						// A hit on a warm backend queues only the prompt beyond the cached
 						// prefix (rule 13).
-						charge = max(units-rp, 1)
+						charge = max(units-kept, 1)
 					}
 					if spill.w < 0 { // hit (also the losers of concurrent first turns)
 						refresh := s.store != nil && refreshDue(kh, e.lastUse, now, t.ttls[e.class])
@@ -303,7 +326,11 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 							s.refresh(kh, tier, boundID, ttl)
 						}
 						s.rec.Hit(tier)
-						return s.lease(candidates[ci], bl, true, OutcomeHit, charge, sessionID, tier), nil
+						l := s.lease(candidates[ci], bl, true, OutcomeHit, charge, sessionID, tier)
+						if s.ld.p.drainRate > 0 {
+							l.rec.idle, l.rec.rp = idle, rp
+						}
+						return l, nil
 					}
 					reason = metrics.ReasonOverloaded
 					pl = spill

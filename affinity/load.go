@@ -56,6 +56,25 @@ type LoadConfig struct {
 	// nothing: the spill guard uses reprefill 0 for it. 0 means DefaultColdCacheRatio
 	// (0.05); must lie in [0, 1].
 	ColdCacheRatio float64 `yaml:"cold_cache_ratio,omitempty" json:"cold_cache_ratio,omitempty"`
+	// DrainTokensPerSecond turns on the drain model of the load view (package
+	// documentation, "Load awareness", rules 13a-13c): each backend's charged work drains
+	// with time at a service rate learned from [Lease.Done], so a lease whose prefill the
+	// backend has had the time to process stops counting as queued work, and a hit is
+	// charged its whole cost once its binding has been idle longer than the backend's
+	// learned cache retention. The value, in prompt tokens per second of engine time, is
+	// the rate assumed before a backend's first Done (the learned rate replaces it).
+	// 0 (the default) keeps the lease-sum view; must be finite and >= 0.
+	DrainTokensPerSecond float64 `yaml:"drain_tokens_per_second,omitempty" json:"drain_tokens_per_second,omitempty"`
+	// DrainEWMAWeight is the weight of each completed request in the drain model's fit
+	// (exponentially weighted means) and in its cache-retention estimate. 0 means
+	// DefaultDrainEWMAWeight (0.05); must lie in [0, 1].
+	DrainEWMAWeight float64 `yaml:"drain_ewma_weight,omitempty" json:"drain_ewma_weight,omitempty"`
+	// RetentionGuardFactor f: with the drain model on, a hit whose binding has been idle
+	// for at least f x its backend's learned cache retention counts as evicted in the
+	// spill guard (reprefill 0: moving it costs nothing), like a lost cache reported by
+	// cold_cache_ratio, but predicted before the request is sent. 0 (the default) turns
+	// it off; otherwise it must be finite and >= 1, and drain_tokens_per_second > 0.
+	RetentionGuardFactor float64 `yaml:"retention_guard_factor,omitempty" json:"retention_guard_factor,omitempty"`
 }
 
 // Validate reports the first invalid field of c alone, like [Config.Validate].
@@ -74,7 +93,10 @@ type loadParams struct {
 	weight      float64
 	spill       bool
 	queuedCost  int64
-	coldPerMill int64 // cold_cache_ratio x 1000
+	coldPerMill int64   // cold_cache_ratio x 1000
+	drainRate   float64 // drain_tokens_per_second; 0 = drain model off
+	drainEWMA   float64 // drain_ewma_weight
+	guardFactor float64 // retention_guard_factor; 0 = off
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
@@ -112,6 +134,27 @@ func (c LoadConfig) resolve() (loadParams, error) {
 	default:
 		p.coldPerMill = int64(math.Round(r * 1000))
 	}
+	if r := c.DrainTokensPerSecond; !finite(r) || r < 0 {
+		return p, fmt.Errorf("%w: load.drain_tokens_per_second: %v (want 0 = off, or a finite number > 0)", ErrInvalidConfig, r)
+	}
+	p.drainRate = c.DrainTokensPerSecond
+	switch a := c.DrainEWMAWeight; {
+	case !finite(a) || a < 0 || a > 1:
+		return p, fmt.Errorf("%w: load.drain_ewma_weight: %v (want [0, 1])", ErrInvalidConfig, a)
+	case a == 0:
+		p.drainEWMA = DefaultDrainEWMAWeight
+	default:
+		p.drainEWMA = a
+	}
+	switch g := c.RetentionGuardFactor; {
+	case g == 0:
+	case !finite(g) || g < 1:
+		return p, fmt.Errorf("%w: load.retention_guard_factor: %v (want 0 = off, or >= 1)", ErrInvalidConfig, g)
+	case p.drainRate == 0:
+		return p, fmt.Errorf("%w: load.retention_guard_factor: %v needs load.drain_tokens_per_second > 0", ErrInvalidConfig, g)
+	default:
+		p.guardFactor = g
+	}
 	return p, nil
 }
 
@@ -132,6 +175,7 @@ type backendLoad struct {
 	acc      atomic.Int64 // in-flight leases << costBits | their cost (prompt tokens)
 	reported atomic.Int64 // Waiting + Running of the last ReportLoad
 	kvMilli  atomic.Int64 // KVCache x 1000 of the last ReportLoad
+	dr       drainState   // the drain model (drainmodel.go)
 }
 
 // The packing of backendLoad.acc: the low costBits bits hold the summed cost, the rest
@@ -156,10 +200,14 @@ func (b *backendLoad) counts() (requests, cost int64) {
 	return v >> costBits, v & costMask
 }
 
-// view returns the backend's load in prompt tokens as the placement rules see it: the cost
-// leased here plus queuedCost for each reported request beyond the ones leased here.
-func (b *backendLoad) view(p *loadParams) int64 {
+// view returns the backend's load in prompt tokens as the placement rules see it at now:
+// the cost leased here (with the drain model on, at most the work not yet drained) plus
+// queuedCost for each reported request beyond the ones leased here.
+func (b *backendLoad) view(p *loadParams, now int64) int64 {
 	n, l := b.counts()
+	if p.drainRate > 0 && n > 0 {
+		l = b.remaining(p, now, n, l)
+	}
 	if rep := b.reported.Load(); rep > n {
 		l += (rep - n) * p.queuedCost
 	}

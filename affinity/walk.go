@@ -92,6 +92,7 @@ func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (pl
 // walkIn is walk over the scratch w (sized for cands, set zeroed).
 func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w *walkScratch) (placement, error) {
 	q := &s.ld.p
+	now := s.drainNow()
 	mask := len(w.set) - 1
 	pl := placement{w: -1}
 	var nH, nD int       // eligible Healthy / Draining candidates
@@ -120,7 +121,7 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 			continue
 		}
 		bl := s.ld.loads.get(c.node.ID(), h)
-		load := bl.view(q)
+		load := bl.view(q, now)
 		w.bl[i], w.load[i] = bl, load
 		if i == bound {
 			pl.boundLoad = load

@@ -53,6 +53,9 @@ type options struct {
 	factor      float64
 	weight      float64
 	cold        float64
+	drain       float64
+	drainEWMA   float64
+	guard       float64
 	sweep       string
 }
 
@@ -74,6 +77,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.factor, "balance-factor", DefaultBalanceFactor, "load-aware policy: load.balance_factor (>= 1)")
 	fs.Float64Var(&o.weight, "spill-cost-weight", DefaultSpillCostWeight, "load-aware policy: load.spill_cost_weight (>= 0)")
 	fs.Float64Var(&o.cold, "cold-cache-ratio", 0, "load-aware policy: load.cold_cache_ratio (0: the library default 0.05)")
+	fs.Float64Var(&o.drain, "drain-rate", 0, "load-aware policy: load.drain_tokens_per_second (0: the drain model off)")
+	fs.Float64Var(&o.drainEWMA, "drain-ewma", 0, "load-aware policy: load.drain_ewma_weight (0: the library default)")
+	fs.Float64Var(&o.guard, "retention-guard", 0, "load-aware policy: load.retention_guard_factor (0: off; needs -drain-rate)")
 	fs.StringVar(&o.sweep, "sweep", "", `also replay the load-aware policy over a grid "FACTORS x WEIGHTS", e.g. "1.1,1.25,1.5,2 x 0,0.5,1,2"`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")
@@ -144,7 +150,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 
 	cfgP := PolicyConfig{Backends: o.backends, Seed: o.seed, TTL: o.ttl, Global: global,
-		Load: affinity.LoadConfig{BalanceFactor: o.factor, SpillCostWeight: affinity.SpillWeight(o.weight), ColdCacheRatio: o.cold}}
+		Load: affinity.LoadConfig{BalanceFactor: o.factor, SpillCostWeight: affinity.SpillWeight(o.weight), ColdCacheRatio: o.cold,
+			DrainTokensPerSecond: o.drain, DrainEWMAWeight: o.drainEWMA,
+			RetentionGuardFactor: o.guard}}
 	if err := cfgP.Load.Validate(); err != nil {
 		return err
 	}

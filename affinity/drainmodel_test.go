@@ -1,0 +1,322 @@
+package affinity_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// drainCfg is load awareness with the drain model: factor, weight, an initial rate of
+// rate tokens/s and the retention guard factor.
+func drainCfg(factor, weight, rate, guard float64) affinity.Config {
+	return affinity.Config{Load: affinity.LoadConfig{BalanceFactor: factor, SpillCostWeight: affinity.SpillWeight(weight),
+		DrainTokensPerSecond: rate, RetentionGuardFactor: guard}}
+}
+
+func TestDrainConfig(t *testing.T) {
+	cases := []struct {
+		name    string
+		json    string
+		wantErr string // substring naming the key; "" = valid
+	}{
+		{"drain keys", `{"load": {"balance_factor": 1.25, "drain_tokens_per_second": 16000, "drain_ewma_weight": 0.1, "retention_guard_factor": 2.5}}`, ""},
+		{"drain rate negative", `{"load": {"balance_factor": 1.25, "drain_tokens_per_second": -1}}`, "load.drain_tokens_per_second: -1"},
+		{"ewma above 1", `{"load": {"balance_factor": 1.25, "drain_ewma_weight": 1.5}}`, "load.drain_ewma_weight: 1.5"},
+		{"ewma negative", `{"load": {"balance_factor": 1.25, "drain_ewma_weight": -0.1}}`, "load.drain_ewma_weight"},
+		{"guard below 1", `{"load": {"balance_factor": 1.25, "drain_tokens_per_second": 1000, "retention_guard_factor": 0.5}}`, "load.retention_guard_factor: 0.5"},
+		{"guard without drain", `{"load": {"balance_factor": 1.25, "retention_guard_factor": 2}}`, "needs load.drain_tokens_per_second"},
+		{"drain wrong type", `{"load": {"drain_tokens_per_second": "fast"}}`, "load.drain_tokens_per_second"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg affinity.Config
+			err := json.Unmarshal([]byte(tc.json), &cfg)
+			if err == nil {
+				_, err = affinity.New(cfg)
+			}
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+	cfg, err := func() (affinity.Config, error) {
+		var c affinity.Config
+		err := c.UnmarshalYAML(func(v any) error {
+			return json.Unmarshal([]byte(`{"load": {"balance_factor": 1.25, "drain_tokens_per_second": 16000, "retention_guard_factor": 2.5}}`), v)
+		})
+		return c, err
+	}()
+	require.NoError(t, err, "the yaml names are known keys")
+	assert.Equal(t, 16000.0, cfg.Load.DrainTokensPerSecond)
+	assert.Equal(t, 2.5, cfg.Load.RetentionGuardFactor)
+}
+
+// TestDrainView: with the drain model a lease's charge drains with the clock at the
+// backend's rate, while the lease-sum view keeps it until Done; Done re-anchors the view
+// on the leases still open and teaches the rate.
+func TestDrainView(t *testing.T) {
+	b := backendsN(1)
+	id := b[0].ID()
+
+	plain, clkP := newSched(t, loadCfg(1.25, 5))
+	lp, err := plain.Acquire("a", "", b, 1000)
+	require.NoError(t, err)
+	clkP.Advance(10 * time.Second)
+	assert.Equal(t, int64(1000), plain.LoadView(id), "lease-sum view: no drain")
+	lp.Done(affinity.DoneInfo{})
+	assert.Zero(t, plain.Drain(id), "drain model off")
+
+	s, clk := newSched(t, drainCfg(1.25, 5, 1000, 0))
+	assert.Equal(t, 1000.0, s.Drain(id).TokensPerSecond, "configured rate before any Done")
+	l1, err := s.Acquire("a", "", b, 1000)
+	require.NoError(t, err)
+	l2, err := s.Acquire("b", "", b, 500)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1500), s.LoadView(id))
+	clk.Advance(500 * time.Millisecond)
+	assert.Equal(t, int64(1000), s.LoadView(id), "500 ms at 1000 tokens/s")
+	clk.Advance(2 * time.Second)
+	assert.Zero(t, s.LoadView(id), "drained, although both leases are open")
+	assert.Equal(t, int64(2), s.Load(id).Requests)
+
+	// The first request ends at 2.5 s: its service time is 2.5 s for 1000 uncached tokens
+	// (400 tokens/s), and the horizon is re-anchored on the open lease (500 tokens).
+	l1.Done(affinity.DoneInfo{PromptTokens: 1000})
+	assert.InDelta(t, 400, s.Drain(id).TokensPerSecond, 1e-6)
+	assert.Equal(t, int64(500), s.LoadView(id), "the open lease counts again")
+	clk.Advance(time.Second)
+	assert.Equal(t, int64(100), s.LoadView(id), "and drains at the learned rate")
+	l2.Done(affinity.DoneInfo{})
+	assert.Zero(t, s.LoadView(id))
+	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id))
+}
+
+// TestDrainLearnsServiceModel: a backend that serves requests one at a time in
+// 50 ms + tokens / 10,000 s (with a queue: each request starts when the previous ends)
+// is learned as 10,000 tokens/s and 50 ms per request.
+func TestDrainLearnsServiceModel(t *testing.T) {
+	s, clk := newSched(t, drainCfg(1.25, 5, 1000, 0))
+	b := backendsN(1)
+	service := func(tokens int64) time.Duration {
+		return 50*time.Millisecond + time.Duration(tokens)*100*time.Microsecond
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 300 {
+		// Two requests arrive together; the second waits for the first.
+		t1, t2 := int64(500+rng.IntN(9000)), int64(500+rng.IntN(9000))
+		l1, err := s.Acquire(fmt.Sprintf("x%d", i), "", b, t1)
+		require.NoError(t, err)
+		l2, err := s.Acquire(fmt.Sprintf("y%d", i), "", b, t2)
+		require.NoError(t, err)
+		clk.Advance(service(t1))
+		l1.Done(affinity.DoneInfo{PromptTokens: t1 + 100, CachedPromptTokens: 100})
+		clk.Advance(service(t2))
+		l2.Done(affinity.DoneInfo{PromptTokens: t2})
+		clk.Advance(time.Second) // idle: not service time
+	}
+	m := s.Drain(b[0].ID())
+	assert.InEpsilon(t, 10000, m.TokensPerSecond, 0.01, "%+v", m)
+	assert.InDelta(t, float64(50*time.Millisecond), float64(m.PerRequest), float64(time.Millisecond), "%+v", m)
+
+	// The learned model prices a new lease: 50 ms + 2,000 tokens = 250 ms of work, shown
+	// as 2,500 tokens (time at the marginal rate) but never more than the lease's charge
+	// plus its per-request time.
+	l, err := s.Acquire("z", "", b, 2000)
+	require.NoError(t, err)
+	assert.InDelta(t, 2500, float64(s.LoadView(b[0].ID())), 30)
+	clk.Advance(125 * time.Millisecond)
+	assert.InDelta(t, 1250, float64(s.LoadView(b[0].ID())), 30)
+	l.Done(affinity.DoneInfo{})
+}
+
+// TestDrainCacheRetention: a hit is charged its cost minus its binding's previous prompt
+// while the binding was idle for less than the backend's learned cache retention, and its
+// whole cost after; the retention is learned from the cached tokens hits report.
+func TestDrainCacheRetention(t *testing.T) {
+	s, clk := newSched(t, drainCfg(1.25, 5, 1000, 0))
+	b := backendsN(1)
+	id := b[0].ID()
+	turn := func(session string, cost, cached int64) int64 {
+		t.Helper()
+		l, err := s.Acquire(session, "", b, cost)
+		require.NoError(t, err)
+		charged := s.Load(id).Cost
+		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
+		return charged
+	}
+	// Prompt sizes are multiples of 64 tokens, the granularity a binding keeps them in.
+	assert.Equal(t, int64(1024), turn("a", 1024, 0), "first turn: a miss, charged in full")
+	clk.Advance(10 * time.Second)
+	assert.Equal(t, int64(512), turn("a", 1536, 0), "hit: 1536 - the previous 1024, no retention known yet")
+	assert.Equal(t, 10*time.Second, s.Drain(id).CacheRetention, "the first eviction sets it")
+
+	assert.Equal(t, int64(832), turn("b", 832, 0))
+	clk.Advance(20 * time.Second)
+	assert.Equal(t, int64(1216), turn("b", 1216, 0), "idle 20 s >= retention: charged in full")
+	assert.Equal(t, 10*time.Second, s.Drain(id).CacheRetention, "an eviction above the threshold changes nothing")
+
+	assert.Equal(t, int64(2048), turn("c", 2048, 0))
+	clk.Advance(5 * time.Second)
+	assert.Equal(t, int64(1024), turn("c", 3072, 2048), "idle 5 s: the prefix is expected cached")
+	clk.Advance(15 * time.Second)
+	assert.Equal(t, int64(4096), turn("c", 4096, 3072), "idle 15 s: expected evicted, yet it survived")
+	assert.Equal(t, 10*time.Second+250*time.Millisecond, s.Drain(id).CacheRetention,
+		"a survival above the threshold raises it by 0.05 of the distance")
+}
+
+// TestDrainRetentionGuard: with retention_guard_factor f, a binding idle for at least f x
+// its backend's retention spills from an overloaded backend even when the spill guard
+// would keep a warm prefix; below that it stays.
+func TestDrainRetentionGuard(t *testing.T) {
+	bs := backendsN(4)
+	for _, tc := range []struct {
+		idle  time.Duration
+		spill bool
+	}{{15 * time.Second, false}, {25 * time.Second, true}} {
+		t.Run(tc.idle.String(), func(t *testing.T) {
+			// A weight no queue can beat: only a reprefill of 0 lets a binding move.
+			s, clk := newSched(t, drainCfg(1.0, 1e9, 1000, 2))
+			first, err := s.Acquire("s", "", bs, 4000)
+			require.NoError(t, err)
+			w := first.Backend
+			first.Done(affinity.DoneInfo{PromptTokens: 4000})
+			// Teach w a retention of 10 s with another session.
+			l, err := s.Acquire("r", "", []affinity.Backend{w}, 1000)
+			require.NoError(t, err)
+			l.Done(affinity.DoneInfo{PromptTokens: 1000})
+			clk.Advance(10 * time.Second)
+			l, err = s.Acquire("r", "", []affinity.Backend{w}, 1200)
+			require.NoError(t, err)
+			l.Done(affinity.DoneInfo{PromptTokens: 1200})
+			require.Equal(t, 10*time.Second, s.Drain(w.ID()).CacheRetention)
+
+			clk.Advance(tc.idle - 10*time.Second)
+			busy, err := s.Acquire("bg", "", []affinity.Backend{w}, 500000) // w overloaded
+			require.NoError(t, err)
+			l, err = s.Acquire("s", "", bs, 5000)
+			require.NoError(t, err)
+			if tc.spill {
+				assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
+				assert.NotEqual(t, w.ID(), l.Backend.ID())
+			} else {
+				assert.Equal(t, affinity.OutcomeHit, l.Outcome)
+			}
+			l.Done(affinity.DoneInfo{})
+			busy.Done(affinity.DoneInfo{})
+		})
+	}
+}
+
+// TestDrainDeterminism: two Schedulers with the drain model fed the same calls at the
+// same (fake) times decide alike, spills included.
+func TestDrainDeterminism(t *testing.T) {
+	var rs [2]*affinity.Scheduler
+	var clks [2]interface{ Advance(time.Duration) time.Time }
+	for k := range rs {
+		s, clk := newSched(t, drainCfg(1.1, 1, 2000, 2))
+		rs[k], clks[k] = s, clk
+	}
+	bs := backendsN(5)
+	rng := rand.New(rand.NewPCG(7, 8))
+	var live [][2]affinity.Lease
+	spills := 0
+	for step := range 5000 {
+		if d := time.Duration(rng.IntN(400)) * time.Millisecond; d > 0 {
+			for k := range clks {
+				clks[k].Advance(d)
+			}
+		}
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(live))
+			info := affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(rng.IntN(2)) * 2000}
+			for k := range rs {
+				live[j][k].Done(info)
+			}
+			live = append(live[:j], live[j+1:]...)
+			continue
+		}
+		session, cost := fmt.Sprintf("s%d", rng.IntN(300)), int64(1+rng.IntN(8000))
+		var o [2]affinity.Lease
+		for k := range rs {
+			l, err := rs[k].Acquire(session, "", bs, cost)
+			require.NoError(t, err)
+			o[k] = l
+		}
+		require.Equal(t, o[0].Backend.ID(), o[1].Backend.ID(), "step %d", step)
+		require.Equal(t, o[0].Outcome, o[1].Outcome, "step %d", step)
+		if o[0].Outcome == affinity.OutcomeSpill {
+			spills++
+		}
+		live = append(live, o)
+	}
+	for _, o := range live {
+		for k := range rs {
+			o[k].Done(affinity.DoneInfo{})
+		}
+	}
+	assert.Equal(t, rs[0].Stats(), rs[1].Stats())
+	assert.Positive(t, spills, "the run exercised spills")
+	for _, b := range bs {
+		assert.Equal(t, rs[0].Drain(b.ID()), rs[1].Drain(b.ID()))
+		assert.Equal(t, affinity.LoadSnapshot{}, rs[0].Load(b.ID()))
+	}
+}
+
+// TestDrainHitZeroAllocs: Acquire+Done on a hit with the drain model allocates nothing.
+func TestDrainHitZeroAllocs(t *testing.T) {
+	s, clk := newSched(t, drainCfg(1.25, 5, 16000, 2.5))
+	bs := backendsN(8)
+	l, err := s.Acquire("s", "", bs, 1000)
+	require.NoError(t, err)
+	l.Done(affinity.DoneInfo{PromptTokens: 1000})
+	allocs := testing.AllocsPerRun(1000, func() {
+		clk.Advance(time.Millisecond)
+		l, err := s.Acquire("s", "", bs, 1000)
+		if err != nil || l.Outcome != affinity.OutcomeHit {
+			t.Fatal("not a hit", l.Outcome, err)
+		}
+		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900})
+	})
+	assert.Zero(t, allocs)
+}
+
+// BenchmarkLeaseHitDrain is BenchmarkLeaseHit's acquire-on mode with the drain model (one
+// more clock read, a compare-and-swap on Acquire, a short lock on Done).
+func BenchmarkLeaseHitDrain(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	for _, n := range []int{8, 64} {
+		bs := backends(b, n)
+		for _, mode := range []string{"acquire-on", "acquire-drain"} {
+			cfg := loadCfg(1.25, 5)
+			if mode == "acquire-drain" {
+				cfg = drainCfg(1.25, 5, 16000, 2.5)
+			}
+			s := newBenchScheduler(b, cfg)
+			for _, id := range ids {
+				if _, _, err := s.SelectBackend(id, "", bs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					l, err := s.Acquire(ids[i&(benchSessions-1)], "", bs, 1000)
+					if err != nil || l.Outcome != affinity.OutcomeHit {
+						b.Fatal("not a hit", l.Outcome, err)
+					}
+					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900})
+				}
+			})
+		}
+	}
+}
