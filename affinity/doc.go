@@ -85,6 +85,31 @@
 //     beyond the cached prefix. Per backend it is
 //     kept in atomics; nothing is kept per session beyond the binding (which holds the
 //     last reported prompt size and a lost-cache flag).
+//     13a. Drain model (opt-in: load.drain_tokens_per_second > 0). Each backend's charged
+//     work drains with time: a lease adds perRequest + charge x perToken of engine time
+//     to the backend's horizon, which starts from max(horizon, now) (a work-conserving
+//     FIFO server's virtual finish time); the load is then the horizon's distance from
+//     now in prompt tokens (time / perToken), at most the open leases' charges plus their
+//     per-request time. So a request whose prefill the backend has had the time to do
+//     stops counting while its answer still streams. Every Lease.Done re-anchors the
+//     horizon to now + the work of the leases still open (0 when none is).
+//     13b. Service model: perRequest (time.Duration; decoding and overhead of an average
+//     request) and perToken (engine time per uncached prompt token) are a least-squares
+//     fit of each request's service time — its Done time minus the later of its Acquire
+//     time and the backend's previous Done — on its uncached prompt tokens (reported
+//     prompt - cached, else its charge), over samples weighted by drain_ewma_weight
+//     (default 0.05) per request. Before a backend's first Done, perToken is
+//     1 / drain_tokens_per_second and perRequest 0. [Scheduler.Drain] reports both.
+//     13c. Cache retention: with the drain model a hit is charged cost - reprefill only if
+//     its binding was idle (time since its previous turn) for less than its backend's
+//     learned retention, and its whole cost otherwise. The retention is a threshold
+//     learned from the cached tokens hits report: an eviction (cached < half of
+//     reprefill) after an idle time below it lowers it, a survival after an idle time
+//     above it raises it, by drain_ewma_weight of the distance; the first eviction sets
+//     it. With retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x
+//     the retention counts as evicted in rule 16 (reprefill 0), as a lost cache does.
+//     Everything the drain model keeps is per backend (a few atomics and a mutex taken
+//     by Done); it is deterministic for a given sequence of calls and clock readings.
 //  14. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
 //     total load L, a backend is under the bound when load + cost <= balance_factor x
 //     (L + cost) / n, or when it is idle (load 0) — the consistent hashing with bounded
@@ -129,6 +154,10 @@
 // move more new sessions off their HRW winner. spill_cost_weight weighs one re-prefilled
 // prompt token against one token of queued prefill. The README's replay table shows the
 // measured trade-off; 1.25 and 5 met its goal with 20 % caches at 4, 8 and 16 backends.
+// With small caches (5 % of the working set) the lease-sum view misses it; adding
+// cold_cache_ratio 0.001, drain_tokens_per_second 16000 and retention_guard_factor 2.5
+// (the example gateway's configuration) meets it in five of its six rows (README). The
+// drain rate only seeds the model: it is learned from the first Done on.
 //
 // # Shared store (WithStore)
 //

@@ -10,12 +10,22 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
 )
 
-// Default load-awareness values of the load-aware policy (the -balance-factor and
-// -spill-cost-weight flags); the README's sweep explains the choice.
+// Default load-awareness values of the load-aware policy (the -balance-factor,
+// -spill-cost-weight, -cold-cache-ratio, -drain-rate and -retention-guard flags); the
+// README's sweep explains the choice.
 const (
 	DefaultBalanceFactor   = 1.25
 	DefaultSpillCostWeight = 5.0
+	DefaultColdCacheRatio  = 0.001
+	DefaultDrainRate       = 16000.0 // tokens/s before the first Done; learned after
+	DefaultRetentionGuard  = 2.5
 )
+
+// RecommendedLoad is the load block the load-aware policy uses by default.
+func RecommendedLoad() affinity.LoadConfig {
+	return affinity.LoadConfig{BalanceFactor: DefaultBalanceFactor, SpillCostWeight: affinity.SpillWeight(DefaultSpillCostWeight),
+		ColdCacheRatio: DefaultColdCacheRatio, DrainTokensPerSecond: DefaultDrainRate, RetentionGuardFactor: DefaultRetentionGuard}
+}
 
 // servedListener is implemented by policies that need to know when and how a request they
 // routed was served (the lease policy releases its leases at completion time).

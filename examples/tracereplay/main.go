@@ -76,10 +76,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.strict, "strict", false, "fail on any malformed trace line (default: report and skip them)")
 	fs.Float64Var(&o.factor, "balance-factor", DefaultBalanceFactor, "load-aware policy: load.balance_factor (>= 1)")
 	fs.Float64Var(&o.weight, "spill-cost-weight", DefaultSpillCostWeight, "load-aware policy: load.spill_cost_weight (>= 0)")
-	fs.Float64Var(&o.cold, "cold-cache-ratio", 0, "load-aware policy: load.cold_cache_ratio (0: the library default 0.05)")
-	fs.Float64Var(&o.drain, "drain-rate", 0, "load-aware policy: load.drain_tokens_per_second (0: the drain model off)")
+	fs.Float64Var(&o.cold, "cold-cache-ratio", DefaultColdCacheRatio, "load-aware policy: load.cold_cache_ratio (0: the library default 0.05)")
+	fs.Float64Var(&o.drain, "drain-rate", DefaultDrainRate, "load-aware policy: load.drain_tokens_per_second (0: the drain model off)")
 	fs.Float64Var(&o.drainEWMA, "drain-ewma", 0, "load-aware policy: load.drain_ewma_weight (0: the library default)")
-	fs.Float64Var(&o.guard, "retention-guard", 0, "load-aware policy: load.retention_guard_factor (0: off; needs -drain-rate)")
+	fs.Float64Var(&o.guard, "retention-guard", DefaultRetentionGuard, "load-aware policy: load.retention_guard_factor (0: off; needs -drain-rate)")
 	fs.StringVar(&o.sweep, "sweep", "", `also replay the load-aware policy over a grid "FACTORS x WEIGHTS", e.g. "1.1,1.25,1.5,2 x 0,0.5,1,2"`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")

@@ -50,8 +50,9 @@ type PolicyConfig struct {
 	Seed     uint64        // random policy
 	TTL      time.Duration // Scheduler sticky TTL, trace time
 	Global   []int64       // global prefix ignored by the cache-aware reference
-	// Load is the load-awareness block of the load-aware policy (zero: the defaults
-	// DefaultBalanceFactor and DefaultSpillCostWeight).
+	// Load is the load-awareness block of the load-aware policy (zero: RecommendedLoad;
+	// a zero BalanceFactor or nil SpillCostWeight: DefaultBalanceFactor,
+	// DefaultSpillCostWeight).
 	Load affinity.LoadConfig
 }
 
@@ -75,6 +76,9 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 		return newSchedulerPolicy(cfg.Backends, cfg.TTL)
 	case "load-aware":
 		load := cfg.Load
+		if load == (affinity.LoadConfig{}) {
+			load = RecommendedLoad()
+		}
 		if load.BalanceFactor == 0 {
 			load.BalanceFactor = DefaultBalanceFactor
 		}
