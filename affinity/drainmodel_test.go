@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,6 +270,54 @@ func TestDrainDeterminism(t *testing.T) {
 	for _, b := range bs {
 		assert.Equal(t, rs[0].Drain(b.ID()), rs[1].Drain(b.ID()))
 		assert.Equal(t, affinity.LoadSnapshot{}, rs[0].Load(b.ID()))
+	}
+}
+
+// TestDrainRace: concurrent Acquire and Done (also twice, from other goroutines) with the
+// drain model: every lease is released and nothing is left in any backend's view.
+func TestDrainRace(t *testing.T) {
+	s, clk := newSched(t, drainCfg(1.1, 2, 5000, 2))
+	bs := backendsN(6)
+	leases := make(chan affinity.Lease, 64)
+	var wg, rel sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for i := range 2000 {
+				if i%50 == 0 {
+					clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
+				}
+				l, err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(300)), "", bs, int64(rng.IntN(6000)))
+				if !assert.NoError(t, err) {
+					return
+				}
+				if i%2 == 0 {
+					leases <- l
+				} else {
+					l.Done(affinity.DoneInfo{PromptTokens: 4000, CachedPromptTokens: int64(rng.IntN(4000))})
+				}
+			}
+		}()
+	}
+	for range 2 {
+		rel.Add(1)
+		go func() {
+			defer rel.Done()
+			for l := range leases {
+				l.Done(affinity.DoneInfo{PromptTokens: 2000})
+				l.Done(affinity.DoneInfo{}) // twice
+			}
+		}()
+	}
+	wg.Wait()
+	close(leases)
+	rel.Wait()
+	for _, b := range bs {
+		assert.Equal(t, affinity.LoadSnapshot{}, s.Load(b.ID()), b.ID())
+		assert.Zero(t, s.LoadView(b.ID()), b.ID())
+		assert.Positive(t, s.Drain(b.ID()).TokensPerSecond, b.ID())
 	}
 }
 

@@ -109,7 +109,8 @@ type leaseRec struct {
 // prompt <= cold_cache_ratio), which the spill guard uses.
 //
 // Cost: one compare-and-swap and one atomic add, 0 allocs; with usage and load awareness
-// on, one xxh3 hash of the session ID and one shard lock.
+// on, one xxh3 hash of the session ID and one shard lock; with the drain model
+// (load.drain_tokens_per_second) also a clock read and a short per-backend lock.
 func (l Lease) Done(info DoneInfo) {
 	r := l.rec
 	if r == nil || !r.gen.CompareAndSwap(l.gen, l.gen+1) {
@@ -242,7 +243,8 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 // reprefill (only then can the guard let it spill); such a hit and every miss read the
 // load of each candidate (O(len(candidates)) atomic loads and lock-free map lookups), and
 // rank the candidates (one pass, no sort) only when the session must be placed or its
-// backend is over the bound.
+// backend is over the bound. The drain model adds a clock read and a compare-and-swap on
+// the chosen backend's horizon.
 func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (Lease, error) {
 	if cost < 0 {
 		return Lease{}, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
