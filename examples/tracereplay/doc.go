@@ -55,8 +55,10 @@
 //     no table.
 //   - scheduler: affinity.Scheduler, TTL -ttl (30 min) of trace time; outages reach it
 //     through OnBackendDown / OnBackendUp.
-//   - load-aware: the same Scheduler with load awareness (affinity.Config.Load:
-//     -balance-factor 1.25, -spill-cost-weight 5, -cold-cache-ratio), driven through
+//   - load-aware: the same Scheduler with load awareness (affinity.Config.Load, by
+//     default RecommendedLoad: -balance-factor 1.25, -spill-cost-weight 5,
+//     -cold-cache-ratio 0.001, -drain-rate 16000 (the drain model), -retention-guard 2.5,
+//     -drain-ewma), driven through
 //     leases: Acquire with cost = the request's prompt tokens, Lease.Done at the request's
 //     simulated completion time with the usage a vLLM backend reports (prompt and cached
 //     prompt tokens), so the Scheduler sees the in-flight load the replay creates.
