@@ -21,7 +21,9 @@ import (
 //     re-anchors fin to now + the open leases' charges (their requests have not ended, so
 //     at least that much is left for a FIFO engine), or to now when none is open.
 //   - Service model. perRequest and perToken are a least-squares fit, over
-//     exponentially weighted samples (weight drain_ewma_weight), of each request's
+//     exponentially weighted samples (weight drain_ewma_weight; least squares with
+//     exponential forgetting, Ljung and Söderström, "Theory and Practice of Recursive
+//     Identification", 1983), of each request's
 //     service time on its uncached prompt tokens (prompt - cached reported to Done, else
 //     the lease's charge). A request's service time is its end minus the later of its
 //     start and the backend's previous end: exact for a FIFO server, and for a batching
@@ -37,6 +39,11 @@ import (
 //     it. A hit idle for longer is charged its whole cost, and with
 //     retention_guard_factor f > 0 a hit idle for at least f x the retention counts as
 //     evicted in the spill guard (reprefill 0: moving it is free).
+//
+// Concurrency: Acquire touches only atomics (a compare-and-swap on fin); Done takes the
+// backend's mutex. A Done racing an Acquire on the same backend may count that lease
+// twice in the horizon until the next Done re-anchors it (an overestimate, never a lost
+// lease).
 type drainState struct {
 	fin   atomic.Int64  // clock ns at which the charged work has drained
 	perTk atomic.Uint64 // learned ns per token (float64 bits); 0 = none yet
