@@ -42,8 +42,8 @@ import (
 //
 // Concurrency: Acquire touches only atomics (a compare-and-swap on fin); Done takes the
 // backend's mutex. A Done racing an Acquire on the same backend may count that lease
-// twice in the horizon until the next Done re-anchors it (an overestimate, never a lost
-// lease).
+// twice in the horizon until the next Done re-anchors it (an overestimate); it never
+// drops one (see anchor).
 type drainState struct {
 	fin   atomic.Int64  // clock ns at which the charged work has drained
 	perTk atomic.Uint64 // learned ns per token (float64 bits); 0 = none yet
@@ -129,10 +129,19 @@ func (b *backendLoad) learn(p *loadParams, start, now, tokens int64) {
 
 // anchor sets the horizon to now + the open leases' work (their requests have not ended);
 // now when none is open.
+//
+// The compare-and-swap retries when an Acquire's charge moved the horizon in between, so
+// that lease is then in the counts read (add precedes charge): a concurrent lease may be
+// counted twice, never lost.
 func (b *backendLoad) anchor(p *loadParams, now int64) {
-	n, l := b.counts()
 	rq, tk := b.model(p)
-	b.dr.fin.Store(now + int64(math.Min(float64(n)*rq+float64(l)*tk, math.MaxInt64/4)))
+	for {
+		f := b.dr.fin.Load()
+		n, l := b.counts()
+		if b.dr.fin.CompareAndSwap(f, now+int64(math.Min(float64(n)*rq+float64(l)*tk, math.MaxInt64/4))) {
+			return
+		}
+	}
 }
 
 // retainedPrefix returns, for a hit on the backend idle for idle ns whose binding expects
