@@ -61,7 +61,7 @@ type Gateway struct {
 	metrics   http.Handler
 	proxy     *httputil.ReverseProxy
 	base      http.RoundTripper
-	ownedBase *http.Transport
+	ownedBase idleTransport // the transport New made (nil with WithTransport)
 	checker   *http.Client
 	recheck   <-chan time.Time
 	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
@@ -152,7 +152,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 
 	g.base = o.transport
 	if g.base == nil {
-		t := newTransport(cfg.Timeouts)
+		var t idleTransport = newTransport(cfg.Timeouts)
+		if isDirect(cfg.BackendClient) {
+			t = newDirectTransport(cfg.Timeouts)
+		}
 		g.base, g.ownedBase = t, t
 	}
 	timeout := cfg.Health.TimeoutSeconds

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -98,14 +97,53 @@ type usage struct {
 }
 
 // usageOf returns the "usage" member of a JSON object (zero if absent or malformed).
+// Cost: one json.Valid pass and a scan of the keys (usageAt), 0 allocs.
 func usageOf(data []byte) usage {
-	var v struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+	open, ok := jsonObject(data)
+	if !ok {
 		return usage{}
 	}
-	return *v.Usage
+	return usageAt(data, open)
+}
+
+// usageAt returns the "usage" member of the valid JSON object at obj[open] == '{': zero
+// if it is absent, not an object, or a count in it is not a non-negative integer (what
+// decoding it into usage with encoding/json would reject). No decoding, 0 allocs.
+func usageAt(obj []byte, open int) usage {
+	v, ok := member(obj, open, "usage")
+	if !ok || len(v) == 0 || v[0] != '{' {
+		return usage{}
+	}
+	var u usage
+	ok = tokenCount(v, 0, "prompt_tokens", &u.PromptTokens) && tokenCount(v, 0, "completion_tokens", &u.CompletionTokens)
+	if d, found := member(v, 0, "prompt_tokens_details"); ok && found && len(d) > 0 && d[0] == '{' {
+		ok = tokenCount(d, 0, "cached_tokens", &u.PromptTokensDetails.CachedTokens)
+	}
+	if !ok {
+		return usage{}
+	}
+	return u
+}
+
+// tokenCount stores the integer member key of the object at obj[open] in *dst (absent or
+// null: left zero) and reports false when it is something else.
+func tokenCount(obj []byte, open int, key string, dst *int64) bool {
+	v, found := member(obj, open, key)
+	if !found || string(v) == "null" {
+		return true
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	*dst = n
+	return true
 }
 
 // maxSSELine bounds the partial SSE line kept between reads; longer lines are skipped.
@@ -236,16 +274,16 @@ func (b *leaseBody) Close() error {
 	return err
 }
 
-// wrapLease installs the lease-releasing body on resp (data: the JSON body when the
-// gateway has already read it, else nil).
-func wrapLease(st *route, resp *http.Response, data []byte) {
+// wrapLease installs the lease-releasing body on resp (u: the usage of the JSON body
+// when the gateway has already read it, else nil).
+func wrapLease(st *route, resp *http.Response, u *usage) {
 	if st.session == "" {
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mt, _ := mediaType(resp.Header.Get("Content-Type"))
 	b := &leaseBody{ReadCloser: resp.Body, st: st, sse: mt == "text/event-stream"}
-	if data != nil {
-		b.u = usageOf(data)
+	if u != nil {
+		b.u = *u
 	} else if mt == "application/json" {
 		b.json = true // streamed through (inject_metadata off, or too large): scan its tail
 	}

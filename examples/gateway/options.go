@@ -33,8 +33,8 @@ func (f optionFunc) apply(o *options) { f(o) }
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.logger = l }) }
 
 // WithTransport sets the RoundTripper used to reach backends, for proxied requests and
-// for the active and passive health checks (nil or omitted: a clone of
-// http.DefaultTransport that the gateway owns and [Gateway.Close] closes).
+// for the active and passive health checks (nil or omitted: the transport the gateway
+// owns, chosen by backend_client, which [Gateway.Close] closes).
 func WithTransport(rt http.RoundTripper) Option {
 	return optionFunc(func(o *options) { o.transport = rt })
 }

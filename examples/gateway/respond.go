@@ -55,7 +55,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	}
 	_ = resp.Body.Close()
 	out := pool.Get()[:0]
+	var u usage
 	if open, ok := jsonObject(data); ok {
+		u = usageAt(data, open)
 		if _, dup := member(data, open, MetadataKey); !dup {
 			out = appendInjected(out, data, open, b.id, hit, st.tier)
 		}
@@ -67,7 +69,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	pb := &pooledBody{buf: out, pool: pool}
 	pb.r.Reset(out)
 	resp.Body = pb
-	wrapLease(st, resp, out)
+	wrapLease(st, resp, &u)
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil
@@ -95,6 +97,8 @@ func mediaType(ct string) (string, error) {
 	switch ct {
 	case "application/json", "application/json; charset=utf-8":
 		return "application/json", nil
+	case "text/event-stream", "text/event-stream; charset=utf-8":
+		return "text/event-stream", nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return mt, err

@@ -174,6 +174,9 @@ func (g *Gateway) Close() {
 // restartOnly returns an error wrapping [ErrReloadNeedsRestart] when next changes a
 // setting the listener, the http.Server or the backend transport were built with.
 func restartOnly(old, next Config) error {
+	if isDirect(old.BackendClient) != isDirect(next.BackendClient) {
+		return fmt.Errorf("%w: backend_client %q -> %q", ErrReloadNeedsRestart, old.BackendClient, next.BackendClient)
+	}
 	for _, f := range []struct {
 		name      string
 		was, will float64

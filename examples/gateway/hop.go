@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Values of [TimeoutsConfig]'s sibling key backend_client (Config.BackendClient).
+const (
+	// BackendClientDirect is the gateway's own keep-alive pool for plain-HTTP backends:
+	// each request is written (net/http's Request.Write) and its response read
+	// (http.ReadResponse) on the calling goroutine. The default.
+	BackendClientDirect = "direct"
+	// BackendClientNetHTTP is a clone of http.DefaultTransport.
+	BackendClientNetHTTP = "nethttp"
+)
+
+// idleTransport is a RoundTripper whose idle connections can be closed.
+type idleTransport interface {
+	http.RoundTripper
+	CloseIdleConnections()
+}
+
+// directTransport is an HTTP/1.1 client for plain-http backends without per-connection
+// goroutines: net/http.Transport runs a read and a write goroutine per connection and
+// hands every request and response between them and the caller, which on a
+// small-request proxy costs more CPU than the parsing. Here the caller's goroutine
+// writes the request (http.Request.Write into a buffered writer: one write system call)
+// and parses the response (http.ReadResponse, the parser net/http.Transport uses), so
+// the wire format and header handling are net/http's own. It keeps the semantics the
+// gateway relies on: the request context cancels dials, writes and reads (the
+// connection is closed), httptrace's GotConn (Reused) and WroteRequest are reported,
+// 1xx informational responses are skipped, and a connection returns to the idle pool
+// only once its response body was read to the end. An idle connection is checked
+// before reuse with a non-blocking peek (one system call), so a connection the backend
+// closed while idle is dropped rather than written to — the check net/http.Transport's
+// per-connection read goroutine does. HTTPS backends, protocol upgrades and
+// Expect: 100-continue requests go through the fallback (a net/http.Transport).
+// Safe for concurrent use.
+type directTransport struct {
+	dialer      net.Dialer
+	idleTimeout time.Duration
+	maxIdle     int // per backend address
+	fallback    *http.Transport
+
+	mu     sync.Mutex
+	pools  map[string]*connPool
+	closed bool // CloseIdleConnections was called: no idle connection is kept from then on... until the next request
+}
+
+// connPool is the idle connections to one backend address, most recently used last.
+type connPool struct {
+	idle  []*hopConn
+	timer *time.Timer // closes expired idle connections; nil when not armed
+}
+
+// hopConn is one connection to a backend with its buffers.
+type hopConn struct {
+	net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	addr      string
+	idleSince time.Time
+}
+
+func newDirectTransport(t TimeoutsConfig) *directTransport {
+	return &directTransport{
+		dialer:      net.Dialer{Timeout: duration(t.DialSeconds), KeepAlive: 30 * time.Second},
+		idleTimeout: duration(t.BackendIdleConnSeconds),
+		maxIdle:     256,
+		fallback:    newTransport(t),
+		pools:       map[string]*connPool{},
+	}
+}
+
+// RoundTrip sends req on an idle or new connection and returns its response; the
+// response body gives the connection back when read to io.EOF, and closes it when
+// closed earlier. Errors: the dial's (*net.OpError), the write's or the read's, or the
+// context's cause when req's context ended first.
+func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || req.Header.Get("Expect") != "" {
+		return t.fallback.RoundTrip(req)
+	}
+	ctx := req.Context()
+	trace := httptrace.ContextClientTrace(ctx)
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	c, reused := t.get(addr)
+	if c == nil {
+		nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			closeBody(req)
+			return nil, ctxErr(ctx, err)
+		}
+		c = &hopConn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+	}
+	if trace != nil && trace.GotConn != nil {
+		trace.GotConn(httptrace.GotConnInfo{Conn: c.Conn, Reused: reused})
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Conn.Close() })
+	err := req.Write(c.bw) // closes req.Body
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if trace != nil && trace.WroteRequest != nil {
+		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
+	}
+	if err != nil {
+		stop()
+		_ = c.Conn.Close()
+		return nil, ctxErr(ctx, err)
+	}
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(c.br, req)
+		if err != nil {
+			stop()
+			_ = c.Conn.Close()
+			return nil, ctxErr(ctx, err)
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		// 1xx informational (100 Continue, 103 Early Hints): skipped, as net/http.Transport
+		// does when no trace hook asks for them.
+	}
+	keep := !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		t.release(c, stop, keep)
+		return resp, nil
+	}
+	resp.Body = &hopBody{rc: resp.Body, t: t, c: c, stop: stop, keep: keep}
+	return resp, nil
+}
+
+// ctxErr returns the cause of ctx when it is done (the connection was closed because
+// of it), err otherwise.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// get pops the most recently used idle connection to addr that is not expired and not
+// closed by the backend; nil if none.
+func (t *directTransport) get(addr string) (*hopConn, bool) {
+	now := time.Now()
+	for {
+		t.mu.Lock()
+		p := t.pools[addr]
+		if p == nil || len(p.idle) == 0 {
+			t.mu.Unlock()
+			return nil, false
+		}
+		c := p.idle[len(p.idle)-1]
+		p.idle[len(p.idle)-1] = nil
+		p.idle = p.idle[:len(p.idle)-1]
+		t.mu.Unlock()
+		if now.Sub(c.idleSince) < t.idleTimeout && alive(c.Conn) {
+			return c, true
+		}
+		_ = c.Conn.Close()
+	}
+}
+
+// release gives c back to the idle pool when keep is set, the request context did not
+// close it (stop succeeds) and no byte is left unread; it closes c otherwise.
+func (t *directTransport) release(c *hopConn, stop func() bool, keep bool) {
+	if !stop() || !keep || c.br.Buffered() > 0 {
+		_ = c.Conn.Close()
+		return
+	}
+	c.idleSince = time.Now()
+	t.mu.Lock()
+	p := t.pools[c.addr]
+	if p == nil {
+		p = &connPool{}
+		t.pools[c.addr] = p
+	}
+	if len(p.idle) >= t.maxIdle {
+		t.mu.Unlock()
+		_ = c.Conn.Close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	if p.timer == nil {
+		addr := c.addr
+		p.timer = time.AfterFunc(t.idleTimeout, func() { t.expire(addr) })
+	}
+	t.mu.Unlock()
+}
+
+// expire closes the idle connections to addr that have been idle for idleTimeout and
+// re-arms the timer for the oldest remaining one.
+func (t *directTransport) expire(addr string) {
+	now := time.Now()
+	var old []*hopConn
+	t.mu.Lock()
+	p := t.pools[addr]
+	if p == nil {
+		t.mu.Unlock()
+		return
+	}
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) >= t.idleTimeout {
+		n++
+	}
+	old = append(old, p.idle[:n]...)
+	p.idle = append(p.idle[:0], p.idle[n:]...)
+	clear(p.idle[len(p.idle):cap(p.idle)])
+	if len(p.idle) > 0 {
+		p.timer = time.AfterFunc(t.idleTimeout-now.Sub(p.idle[0].idleSince), func() { t.expire(addr) })
+	} else {
+		p.timer = nil
+	}
+	t.mu.Unlock()
+	for _, c := range old {
+		_ = c.Conn.Close()
+	}
+}
+
+// CloseIdleConnections closes every idle connection (and the fallback's).
+func (t *directTransport) CloseIdleConnections() {
+	var all []*hopConn
+	t.mu.Lock()
+	for addr, p := range t.pools {
+		all = append(all, p.idle...)
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		delete(t.pools, addr)
+	}
+	t.mu.Unlock()
+	for _, c := range all {
+		_ = c.Conn.Close()
+	}
+	t.fallback.CloseIdleConnections()
+}
+
+// hopBody is a response body on a directTransport connection: at io.EOF the connection
+// goes back to the pool; closed before that, the connection is closed (the rest of the
+// body is not drained: a stream could last minutes).
+type hopBody struct {
+	rc   io.ReadCloser
+	t    *directTransport
+	c    *hopConn
+	stop func() bool
+	keep bool
+	mu   sync.Mutex
+	done bool
+}
+
+// Read reads the body; at io.EOF the connection is released.
+func (b *hopBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.finish(true)
+	} else if err != nil {
+		b.finish(false)
+		if errors.Is(err, net.ErrClosed) {
+			err = io.ErrUnexpectedEOF // the connection was closed under the read (context done)
+		}
+	}
+	return n, err
+}
+
+// Close releases the connection (closed unless the body was read to the end).
+func (b *hopBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+func (b *hopBody) finish(eof bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
+	if eof {
+		_ = b.rc.Close()
+		b.t.release(b.c, b.stop, b.keep)
+		return
+	}
+	b.stop()
+	_ = b.c.Conn.Close()
+}
+
+// isDirect reports whether name selects the directTransport ("" is the default).
+func isDirect(name string) bool { return name == "" || strings.EqualFold(name, BackendClientDirect) }
