@@ -35,11 +35,13 @@ race:
 
 ## bench: every benchmark (COUNT=6 BENCHTIME=300ms for benchstat input). The
 ## million-binding benchmarks of affinity fill a table per op, so they run once each.
-BIG_BENCH := BackendDown1M|DeleteList1M|MemoryPerBinding
+BIG_BENCH := BackendDown1M|DeleteList1M|MemoryPerBinding|MemoryPerSession
 bench:
 	@set -e; for m in $(MODULES); do echo "== go test -bench ($$m)"; (cd $$m && $(GO) test -run '^$$' -bench . -skip '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) ./...); done
 	@echo "== go test -bench '$(BIG_BENCH)' (affinity, 1 op each)"
 	@$(GO) test -run '^$$' -bench '$(BIG_BENCH)' -benchmem -count=$(COUNT) -benchtime=1x ./affinity/
+	@echo "== go test -bench MemoryPerSession (examples/gateway: 200,000 sessions per op, 1 op each)"
+	@cd examples && $(GO) test -run '^$$' -bench MemoryPerSession -count=$(COUNT) -benchtime=1x ./gateway/
 
 ## peers: the example gateway against HAProxy and nginx (consistent hashing on
 ## X-Session-ID) over the same simulators on loopback; installs both with apt-get when

@@ -190,3 +190,11 @@ func TestBackendClientConfig(t *testing.T) {
 		g.Close()
 	}
 }
+
+// The response headers are assigned to the header map directly (no canonicalization per
+// response), which is right only for keys already in canonical form.
+func TestResponseHeaderKeysCanonical(t *testing.T) {
+	for _, k := range []string{HeaderBackend, HeaderAffinityHit, HeaderOutcome, "Content-Length"} {
+		assert.Equal(t, http.CanonicalHeaderKey(k), k)
+	}
+}

@@ -39,7 +39,7 @@ func (st *route) setOutcome(h http.Header) {
 	o := st.lease.Outcome
 	st.mu.Unlock()
 	if o != 0 {
-		h.Set(HeaderOutcome, o.String())
+		h[HeaderOutcome] = []string{o.String()} // canonical already
 	}
 }
 

@@ -31,8 +31,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	b, hit := st.current()
-	resp.Header.Set(HeaderBackend, b.id)
-	resp.Header.Set(HeaderAffinityHit, strconv.FormatBool(hit))
+	// Canonical keys assigned directly: no canonicalization per response.
+	resp.Header[HeaderBackend] = []string{b.id}
+	resp.Header[HeaderAffinityHit] = []string{strconv.FormatBool(hit)}
 	st.setOutcome(resp.Header)
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
@@ -71,7 +72,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.Body = pb
 	wrapLease(st, resp, &u)
 	resp.ContentLength = int64(len(out))
-	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	resp.Header["Content-Length"] = []string{strconv.Itoa(len(out))}
 	resp.TransferEncoding = nil
 	return nil
 }
