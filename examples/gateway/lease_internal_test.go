@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -90,5 +92,39 @@ func TestJSONTailUsage(t *testing.T) {
 	}
 	if u := usageInTail([]byte(`{"no":"usage here"}`)); u != (usage{}) {
 		t.Fatalf("no usage: got %+v", u)
+	}
+}
+
+// usageOf scans for the usage object without decoding, and agrees with decoding it into
+// usage with encoding/json: malformed counts give the zero usage. One difference: a
+// negative count (no server sends one) is malformed to the scan.
+func TestUsageOf(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want usage
+	}{
+		{`{"usage":{"prompt_tokens":812,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":800}}}`,
+			usage{PromptTokens: 812, CompletionTokens: 4, PromptTokensDetails: struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			}{800}}},
+		{` {"id":"x","usage" : { "completion_tokens" : 7 , "prompt_tokens":null} }`, usage{CompletionTokens: 7}},
+		{`{"usage":{"prompt_tokens":1,"prompt_tokens_details":null}}`, usage{PromptTokens: 1}},
+		{`{"choices":[{"usage":{"prompt_tokens":5}}]}`, usage{}}, // not top-level
+		{`{"usage":null}`, usage{}},
+		{`{"usage":{"prompt_tokens":1.5}}`, usage{}},
+		{`{"usage":{"prompt_tokens":-1}}`, usage{}}, // encoding/json: -1
+		{`{"usage":{"prompt_tokens":"12"}}`, usage{}},
+		{`{"usage":{"prompt_tokens":12}`, usage{}}, // invalid JSON
+		{`[1,2]`, usage{}},
+		{``, usage{}},
+	} {
+		got := usageOf([]byte(tc.body))
+		if got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.body, got, tc.want)
+		}
+		var v struct{ Usage *usage }
+		if err := json.Unmarshal([]byte(tc.body), &v); err == nil && v.Usage != nil && *v.Usage != got && !strings.Contains(tc.body, "-") {
+			t.Errorf("%s: encoding/json decodes %+v, scan %+v", tc.body, *v.Usage, got)
+		}
 	}
 }
