@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway"
@@ -70,10 +72,11 @@ func BenchmarkServeHTTP(b *testing.B) {
 // gateway itself: the binding table, the session key it owns, and everything else a
 // session leaves behind in the gateway once its request is done. "tenant" scopes every
 // session by a tenant header (tenant: {header: X-Tenant-ID}), which lengthens each
-// binding key by the 25-byte tenant tag. Heap bytes after a full GC; the process's RSS
-// is higher by the garbage collector's headroom (up to GOGC % of the live heap between
-// collections) and the runtime's own memory (see the README, "Compared with HAProxy
-// and nginx"). One op fills a fresh gateway: run with -benchtime 1x.
+// binding key by the 25-byte tenant tag. B/session: live heap after a full GC;
+// RSS-B/session (Linux): resident memory grown while filling, which is higher by the
+// garbage collector's headroom (the heap grows up to GOGC % past the live heap between
+// collections) and the runtime's own memory (see the README, "Compared with HAProxy and
+// nginx"). One op fills a fresh gateway: run with -benchtime 1x.
 func BenchmarkMemoryPerSession(b *testing.B) {
 	const sessions = 200_000
 	resp := []byte(`{"id":"c","object":"chat.completion","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":1}}`)
@@ -84,7 +87,7 @@ func BenchmarkMemoryPerSession(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.Setenv(gateway.DefaultTenantSecretEnv, "benchmark-secret")
-			var per float64
+			var per, rssPer float64
 			for range b.N {
 				cfg, err := gateway.ParseConfig([]byte("backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n" +
 					"  - {id: b1, url: \"http://127.0.0.1:10\"}\n  - {id: b2, url: \"http://127.0.0.1:11\"}\n" + tc.extra))
@@ -95,6 +98,7 @@ func BenchmarkMemoryPerSession(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
+				rssBefore := rssBytes()
 				g, err := gateway.New(cfg, gateway.WithTransport(cannedBackend{resp}))
 				if err != nil {
 					b.Fatal(err)
@@ -107,16 +111,39 @@ func BenchmarkMemoryPerSession(b *testing.B) {
 					clear(w.h)
 					g.ServeHTTP(w, req)
 				}
+				rss := rssBytes() - rssBefore
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				if n := g.Scheduler().Len(); n != sessions {
 					b.Fatalf("%d bindings, want %d", n, sessions)
 				}
 				per = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / sessions
+				rssPer = float64(rss) / sessions
 				runtime.KeepAlive(g)
 				g.Close()
 			}
 			b.ReportMetric(per, "B/session")
+			if rssPer > 0 {
+				b.ReportMetric(rssPer, "RSS-B/session")
+			}
 		})
 	}
+}
+
+// rssBytes returns the process's resident set size from /proc/self/statm (Linux), 0
+// where that cannot be read.
+func rssBytes() int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }

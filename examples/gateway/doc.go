@@ -167,6 +167,24 @@
 // backend's state. Every state change the gateway causes is logged ("backend state
 // change": backend, from, to, why).
 //
+// # Backend client
+//
+// `backend_client: direct` (the default) sends requests to http:// backends through the
+// gateway's own HTTP/1.1 keep-alive pool instead of net/http.Transport: the handler's
+// goroutine writes the request (http.Request.Write, one system call) and parses the
+// response (http.ReadResponse), where net/http.Transport hands each request and response
+// between the caller and two goroutines per connection. Wire format and header handling
+// stay net/http's. The pool reuses the most recently used idle connection (LIFO), closes
+// connections idle for backend_idle_conn_seconds, keeps at most 256 idle per backend,
+// and checks an idle connection with a non-blocking peek before reusing it, so one the
+// backend closed (restart, keep-alive expiry) is dropped before a non-replayable POST is
+// written to it. Decisions where net/http would differ: no HTTP/2 and no proxy from the
+// environment on this path (https:// backends, Upgrade and Expect: 100-continue requests
+// go through a net/http.Transport); 1xx responses other than 101 are skipped. A response
+// body closed before its end closes the connection (a stream is not drained). Measured in
+// the README ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
+// net/http.Transport.
+//
 // # Concurrency and lifetime
 //
 // A [Gateway] is safe for concurrent use. [New] starts nothing; [Gateway.Run] runs the

@@ -62,6 +62,7 @@ func run() error {
 	env := flag.String("gateway-env", "", "extra environment for the gateway process, e.g. GOMAXPROCS=1 or GOGC=200")
 	showSlow = flag.Bool("show-slow", false, "print the 5 slowest turns after the failover recovery")
 	flag.BoolVar(&gatewayMetadata, "gateway-metadata", true, "gateway inject_metadata (false: headers only, bodies untouched)")
+	flag.StringVar(&gatewayClient, "gateway-backend-client", "", "gateway backend_client: direct or nethttp (\"\": the gateway's default, direct)")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
 	flag.Parse()
 	if *gwBin == "" {

@@ -213,6 +213,9 @@ func childPIDs(parent int) []int {
 // gatewayMetadata is the gateway's inject_metadata (-gateway-metadata).
 var gatewayMetadata = true
 
+// gatewayClient is the gateway's backend_client (-gateway-backend-client); "" omits it.
+var gatewayClient string
+
 // gatewayEnv is added to the gateway's environment (-gateway-env).
 var gatewayEnv []string
 
@@ -246,6 +249,9 @@ func gatewayConfig(port int, backends []*backendSrv) string {
 		fmt.Fprintf(&b, "  - {id: %s, url: %q}\n", be.id, be.url())
 	}
 	b.WriteString("session_headers: [X-Session-ID]\n")
+	if gatewayClient != "" {
+		fmt.Fprintf(&b, "backend_client: %s\n", gatewayClient)
+	}
 	if !gatewayMetadata {
 		b.WriteString("inject_metadata: false\n")
 	}
