@@ -166,7 +166,7 @@ type Config struct {
 	// BackendClient is the HTTP client of the backend hop when no [WithTransport] is
 	// given: "direct" ([BackendClientDirect], the default for "") writes each request and
 	// reads its response on the handler's goroutine over a keep-alive pool of its own
-	// (HTTP/1.1 to http:// backends; about a quarter less gateway CPU per request than
+	// (HTTP/1.1 to http:// backends; about a fifth less gateway CPU per request than
 	// net/http.Transport, see the README); "nethttp" ([BackendClientNetHTTP]) is a clone of
 	// http.DefaultTransport (HTTP/2 to https:// backends, proxies from the environment).
 	// Anything else is [ErrBackendClient]. Needs a restart to change.
