@@ -60,11 +60,15 @@
 // (m, ID) with no logarithm: with all weights equal a selection costs one mix and one
 // integer compare per node and looks at IDs only on an exact 53-bit tie. The first step
 // of splitmix64, x ^ x>>30, is linear over XOR, so each [Node] stores its hash with that
-// step applied and a selection applies it to the key hash once. Up to 64 nodes the loop
-// is branch-free (the index rides in the 11 bits below m; a tie is detected, not
-// resolved, and sends the call to the exact path); above, it is unrolled by four with one
-// well-predicted compare per node. [Ranker] keeps the hashes contiguous (structure of
-// arrays) and checks weights and duplicates once, at [New]. (This needs
+// step applied and a selection applies it to the key hash once. Its last step,
+// z ^ z>>31, leaves the top 31 bits of z alone, so nodes whose z differ there are
+// ordered by z: the loops run the two multiply-xorshift steps between (as many
+// multiplies as splitmix64 has, one xorshift fewer) and finish the mix only when the
+// top 31 bits tie. Up to 64 nodes the loop is branch-free (the index rides in the 33
+// bits below the top 31; a tie is detected, not resolved, and sends the call to the
+// exact path); above, it is unrolled by four with one well-predicted compare per node.
+// [Ranker] keeps the hashes contiguous (structure of arrays) and checks weights and
+// duplicates once, at [New]. (This needs
 // the computed ln to be non-decreasing on the 2^-53 grid of u, where neighbouring values
 // of ln differ by at least an ulp of the result; the tests check it for Go's math.Log
 // near the boundaries and on random neighbours.)
@@ -72,6 +76,10 @@
 // With mixed weights, a node needs its ln only when it may beat the current best (or the
 // k-th best in [TopK]). Because -ln(u) >= 1-u, a node's score is at most w/(1-u), and
 // 1-u = (2^53-m)·2^-53 is exact; a node is skipped when w·(1+1e-9) < s_best·(1-u).
+// (The loops use the top 31 bits t of the unfinished mix instead of m, with
+// 1-u > (2^31-1-t)·2^-31, one conversion and one product per node; a [Ranker] over more
+// than 128 nodes first passes over, with one integer compare each, the nodes that this
+// test would skip even with the set's largest weight.)
 // The relative margin 1e-9 is about a million times larger than the rounding error of
 // ln, the division and the two products, so a skipped node's computed score is always
 // strictly below s_best and the result is identical to computing every score and

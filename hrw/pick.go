@@ -1,6 +1,9 @@
 package hrw
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Pick returns the index in nodes of the winner for keyHash (usually [KeyHash] of the
 // session ID): the first node in the canonical order described in the package doc.
@@ -8,12 +11,13 @@ import "math"
 // their first occurrence (whose weight counts); the result never depends on the order of
 // nodes beyond which duplicate comes first. The zero [Node] is skipped.
 //
-// With all weights equal it runs one loop of one mix and one compare per node (with
-// conditional moves and no branch per node up to 64 nodes, unrolled by four above) and
-// looks at IDs only on an exact 53-bit tie. Otherwise it runs the weighted selection:
-// nodes that the bound s <= w/(1-u) rules out are skipped, the rest are ordered by
-// ln-free two-sided bounds and take ln only on near-ties. The result is identical to
-// computing every score and sorting.
+// With all weights equal it runs one loop of one mix (splitmix64 without its last
+// xorshift, see the package doc) and one compare per node (with conditional moves and no
+// branch per node up to 64 nodes, unrolled by four above), and finishes the mix and looks
+// at IDs only when the top 31 bits tie. Otherwise it runs the weighted selection: nodes
+// that the bound s <= w/(1-u) rules out are skipped, the rest are ordered by ln-free
+// two-sided bounds and take ln only on near-ties. The result is identical to computing
+// every score and sorting.
 //
 // Cost: O(n) in nodes, 0 allocs. With equal weights one mix, one weight compare and one
 // integer compare per node. With varied weights, plus an int-to-float conversion and a
@@ -26,7 +30,7 @@ func Pick(keyHash uint64, nodes []Node) int {
 	if i, ok := pickEqual(kp, nodes); ok {
 		return i
 	}
-	return dedup(kp, nodes, nil, pickGeneral(kp, nodes, nil))
+	return dedup(kp, nodes, nil, pickGeneral(kp, nodes, nil, nil, 0))
 }
 
 // PickFunc is [Pick] over the nodes for which eligible(i) reports true, without building
@@ -44,17 +48,17 @@ func PickFunc(keyHash uint64, nodes []Node, eligible func(i int) bool) int {
 		return Pick(keyHash, nodes)
 	}
 	kp := premix(keyHash)
-	return dedup(kp, nodes, eligible, pickGeneral(kp, nodes, eligible))
+	return dedup(kp, nodes, eligible, pickGeneral(kp, nodes, eligible, nil, 0))
 }
 
 // packedMax is the largest node count for which the equal-weight selections use the
-// branch-free loop (it packs the index into the 11 low bits below m, so it must stay
-// below 2048). Above it the unrolled loop with one well-predicted branch per node wins.
+// branch-free loop. Above it the unrolled loop with one well-predicted branch per node
+// wins.
 const packedMax = 64
 
 // pickEqual is Pick's equal-weight fast path over premixed key kp. ok=false means the
-// weights are not all equal and positive, or (packed loop) two nodes may tie on m: the
-// caller must use pickGeneral.
+// weights are not all equal and positive, or (packed loop) two nodes may tie: the caller
+// must use pickGeneral.
 func pickEqual(kp uint64, nodes []Node) (int, bool) {
 	if len(nodes) == 0 {
 		return -1, true
@@ -66,93 +70,141 @@ func pickEqual(kp uint64, nodes []Node) (int, bool) {
 	if len(nodes) > packedMax {
 		return maxUnrolled(kp, nodes, w0)
 	}
-	return maxPackedNodes(kp, nodes, w0)
+	return maxPackedNodes(kp, nodes, w0, newMixer())
 }
 
 // maxPackedNodes is pickEqual's branch-free loop for up to packedMax nodes. The packed
-// value v is the mix with its 11 low bits replaced by the index: max(v) is the largest m
-// and its index. t = min over nodes of v ^ (running max) is < 2^11 iff some node's m
-// equalled the running maximum's, the only way two nodes can tie on the final m. d
-// collects the bits in which a weight differs from the first one. Not inlined, as
-// maxPacked.
+// value v is the node's mid value with its 33 low bits replaced by the index: the
+// largest v has the largest top 31 bits, hence the largest m, and its index. s2 is the
+// second largest v; if it shares the top 31 bits with the largest, ok=false and the
+// caller decides exactly (about n·2^-31 of the keys). ok=false also when a weight
+// differs from w0 (bits). c carries the constants (see mixer); not inlined, as maxPacked.
 //
 //go:noinline
-func maxPackedNodes(kp uint64, nodes []Node, w0 uint64) (int, bool) {
-	var bv, d uint64
-	t := ^uint64(0)
+func maxPackedNodes(kp uint64, nodes []Node, w0 uint64, c mixer) (int, bool) {
+	var bv, s2 uint64
 	for i := range nodes {
 		n := &nodes[i]
-		d |= math.Float64bits(n.weight) ^ w0
-		v := finish(kp^n.pre)&^0x7ff | uint64(i)
-		t = min(t, v^bv)
+		if wbits(n) != w0 {
+			return 0, false
+		}
+		v := c.mid(kp^n.pre)&c.hi | uint64(i)
+		s2 = max(s2, min(bv, v))
 		bv = max(bv, v)
 	}
-	return int(bv & 0x7ff), d == 0 && t >= 0x800
+	return int(bv & low33), bv^s2 > low33
 }
 
 // maxPacked is maxPackedNodes over contiguous premixed hashes (no weights), for up to
-// packedMax of them; ok=false: two nodes may tie on m. Not inlined: inside a larger
-// function the compiler turns the maximum into a branch, which mispredicts.
+// packedMax of them; ok=false: two nodes may tie. Not inlined: inside a larger function
+// the compiler turns the maximum into a branch, which mispredicts, and the constants in
+// c back into constants.
 //
 //go:noinline
-func maxPacked(kp uint64, pre []uint64) (int, bool) {
-	var bv uint64
-	t := ^uint64(0)
+func maxPacked(kp uint64, pre []uint64, c mixer) (int, bool) {
+	var bv, s2 uint64
 	for i, h := range pre {
-		v := finish(kp^h)&^0x7ff | uint64(i)
-		t = min(t, v^bv)
+		v := c.mid(kp^h)&c.hi | uint64(i)
+		s2 = max(s2, min(bv, v))
 		bv = max(bv, v)
 	}
-	return int(bv & 0x7ff), t >= 0x800
+	return int(bv & low33), bv^s2 > low33
 }
 
-// maxUnrolled is pickEqual's loop for more than packedMax nodes, four nodes per step.
-// A node is looked at only if its mix reaches lim (the best's m in the top 53 bits):
-// then (m, ID) decide exactly, so ties need no second pass.
+// ahead reports whether a node (mid value z, ID id) comes before the best so far (bz,
+// bid) in the equal-weight order: higher m, then the smaller ID.
+func ahead(z uint64, id string, bz uint64, bid string) bool {
+	m, bm := last(z)>>11, last(bz)>>11
+	return m > bm || (m == bm && id < bid)
+}
+
+// maxUnrolled is pickEqual's loop for more than packedMax nodes: scanEqual skips the
+// nodes whose mid value's top 31 bits stay below the best's, and only the few others
+// (O(log n) expected) are compared exactly, by m and ID, so ties need no second pass.
 func maxUnrolled(kp uint64, nodes []Node, w0 uint64) (int, bool) {
-	bi, bx := 0, finish(kp^nodes[0].pre)
-	lim := bx &^ 0x7ff
-	i := 1
-	for ; i+4 <= len(nodes); i += 4 {
-		q := nodes[i : i+4 : i+4]
-		if math.Float64bits(q[0].weight) != w0 || math.Float64bits(q[1].weight) != w0 ||
-			math.Float64bits(q[2].weight) != w0 || math.Float64bits(q[3].weight) != w0 {
+	bi, bz := -1, uint64(0)
+	for i := 0; ; i++ {
+		var z uint64
+		if i, z = scanEqual(kp, nodes, i, w0, bz&^low33, newMixer()); i == len(nodes) {
+			return bi, true
+		}
+		if wbits(&nodes[i]) != w0 {
 			return 0, false
 		}
-		x0, x1, x2, x3 := finish(kp^q[0].pre), finish(kp^q[1].pre), finish(kp^q[2].pre), finish(kp^q[3].pre)
-		if x0 >= lim || x1 >= lim || x2 >= lim || x3 >= lim {
-			for j, x := range [4]uint64{x0, x1, x2, x3} {
-				if x >= lim && (x>>11 != bx>>11 || q[j].id < nodes[bi].id) {
-					bi, bx, lim = i+j, x, x&^0x7ff
-				}
-			}
+		if bi < 0 || ahead(z, nodes[i].id, bz, nodes[bi].id) {
+			bi, bz = i, z
 		}
 	}
+}
+
+// scanEqual returns the first index j >= i, and its mid value, of a node that has weight
+// bits other than w0 or a mid value z >= lim (lim has its 33 low bits clear: the node's
+// top 31 bits reach the best's), or len(nodes). Four nodes per step; a leaf, so that it
+// keeps everything in registers.
+//
+//go:noinline
+func scanEqual(kp uint64, nodes []Node, i int, w0, lim uint64, c mixer) (int, uint64) {
+	q := nodes[i:]
+	for ; len(q) >= 4; q = q[4:] {
+		z0, z1, z2, z3 := c.mid(kp^q[0].pre), c.mid(kp^q[1].pre), c.mid(kp^q[2].pre), c.mid(kp^q[3].pre)
+		if z0 >= lim || z1 >= lim || z2 >= lim || z3 >= lim || wbits(&q[0]) != w0 ||
+			wbits(&q[1]) != w0 || wbits(&q[2]) != w0 || wbits(&q[3]) != w0 {
+			break
+		}
+	}
+	i = len(nodes) - len(q)
 	for ; i < len(nodes); i++ {
 		n := &nodes[i]
-		if math.Float64bits(n.weight) != w0 {
-			return 0, false
-		}
-		if x := finish(kp ^ n.pre); x >= lim && (x>>11 != bx>>11 || n.id < nodes[bi].id) {
-			bi, bx, lim = i, x, x&^0x7ff
+		if z := c.mid(kp ^ n.pre); z >= lim || wbits(n) != w0 {
+			return i, z
 		}
 	}
-	return bi, true
+	return i, 0
 }
+
+// scanPre is scanEqual over contiguous premixed hashes (no weights).
+//
+//go:noinline
+func scanPre(kp uint64, pre []uint64, i int, lim uint64, c mixer) (int, uint64) {
+	q := pre[i:]
+	for ; len(q) >= 4; q = q[4:] {
+		z0, z1, z2, z3 := c.mid(kp^q[0]), c.mid(kp^q[1]), c.mid(kp^q[2]), c.mid(kp^q[3])
+		if z0 >= lim || z1 >= lim || z2 >= lim || z3 >= lim {
+			break
+		}
+	}
+	i = len(pre) - len(q)
+	for ; i < len(pre); i++ {
+		if z := c.mid(kp ^ pre[i]); z >= lim {
+			return i, z
+		}
+	}
+	return i, 0
+}
+
+// wbits is math.Float64bits(n.weight) loaded straight into an integer register (the
+// compiler otherwise loads the float and moves it: two instructions per node).
+func wbits(n *Node) uint64 { return *(*uint64)(unsafe.Pointer(&n.weight)) }
 
 // pickGeneral is the selection for any weights (0 included) over the eligible nodes
 // (nil: all), treating later duplicates as distinct nodes. It skips every node whose
 // score bound w/(1-u) lies below the leader's lower bound (weight 0 included) without
-// calling eligible for it. The leader lives in local variables (registers).
-func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
+// calling eligible for it. The leader lives in local variables (registers). A [Ranker]
+// passes its contiguous hashes pre and wmax = maxWeight(nodes): if wmax > 0, skipMax
+// replaces skipBelow.
+func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool, pre []uint64, wmax float64) int {
 	bi := -1
 	var bm uint64
 	var bid string
 	var bw, blo, bhi, bs float64 // leader's weight, score bounds and score (0: unknown)
-	c := 0.0                     // pruneScale(blo): a node (w, m) with w < c·(2^53-m) cannot win
 	for i := 0; ; i++ {
 		m := uint64(0)
-		if i, m = skipBelow(kp, nodes, i, c); i == len(nodes) {
+		if wmax > 0 {
+			i, m = skipMax(kp, pre, nodes, i, blo, wmax)
+		} else {
+			i, m = skipBelow(kp, nodes, i, blo, newMixer())
+		}
+		if i == len(nodes) {
 			return bi
 		}
 		n := &nodes[i]
@@ -183,21 +235,64 @@ func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool) int {
 			blo, bhi, bs = lo, hi, s
 		}
 		bi, bm, bw, bid = i, m, n.weight, n.id
-		c = pruneScale(blo)
 	}
 }
 
-// skipBelow returns the first index j >= i (and its m) of a node that the bound
-// s <= w/(1-u) does not rule out against c = pruneScale(lower bound of the leader's
-// score), or len(nodes). A leaf loop, so that it keeps everything in registers.
-func skipBelow(kp uint64, nodes []Node, i int, c float64) (int, uint64) {
+// skipBelow returns the first index j >= i (and its m) of a node whose score the bound
+// s <= w/(1-u) does not rule out against lo, a lower bound of the score to beat (0: none
+// is ruled out). It bounds 1-u from below by the top 31 bits of the mid value alone,
+// 1-u > (2^31-1-z>>33)·2^-31 = (^z>>33)·2^-31, so a node costs a mid, one conversion,
+// one product and one compare; the bound is looser than with m by a relative 2^-31/(1-u)
+// at most, which only lets a few more nodes through to the exact comparison. A leaf,
+// not inlined, so that everything stays in registers.
+//
+//go:noinline
+func skipBelow(kp uint64, nodes []Node, i int, lo float64, c mixer) (int, uint64) {
+	k := lo * (0x1p-31 / pruneMargin)
 	for ; i < len(nodes); i++ {
 		n := &nodes[i]
-		if m := finish(kp^n.pre) >> 11; !below(n.weight, m, c) {
-			return i, m
+		if z := c.mid(kp ^ n.pre); !(n.weight < k*float64(int64(^z>>33))) {
+			return i, last(z) >> 11
 		}
 	}
 	return i, 0
+}
+
+// skipMax is skipBelow for a [Ranker], whose hashes pre are contiguous and whose largest
+// weight is wmax: the equal-weight scan passes over the nodes whose mid value rules them
+// out even with weight wmax (^z>>33 > d = wmax/k, slightly rounded up: one compare each,
+// no conversion), and only the others get skipBelow's test with their own weight. Every
+// node the scan passes over fails that test too, so the result is skipBelow's.
+func skipMax(kp uint64, pre []uint64, nodes []Node, i int, lo, wmax float64) (int, uint64) {
+	k := lo * (0x1p-31 / pruneMargin)
+	lim := uint64(0) // lo == 0 (k == 0, d = +Inf): every node passes
+	if d := wmax / k * (1 + 1e-12); d < 1<<31 {
+		lim = (1<<31 - 1 - uint64(d)) << 33 // z >= lim <=> ^z>>33 <= floor(d)
+	}
+	for ; ; i++ {
+		var z uint64
+		if i, z = scanPre(kp, pre, i, lim, newMixer()); i == len(pre) {
+			return i, 0
+		}
+		if !(nodes[i].weight < k*float64(int64(^z>>33))) {
+			return i, last(z) >> 11
+		}
+	}
+}
+
+// maxWeight returns the largest weight in nodes if there are more than 2·packedMax of
+// them, else 0: what a Ranker passes to pickGeneral (skipMax has paid off at 512 nodes,
+// not at 64, where its passes' mispredicted branches outweigh the saved conversions).
+func maxWeight(nodes []Node) float64 {
+	w := 0.0
+	if len(nodes) > 2*packedMax {
+		for i := range nodes {
+			if nodes[i].weight > w {
+				w = nodes[i].weight
+			}
+		}
+	}
+	return w
 }
 
 // leader is the running winner of a selection with weights: its m, weight, ID and,

@@ -16,6 +16,7 @@ type Ranker struct {
 	all     []Node   // deduplicated, in input order (what Nodes returns)
 	live    []Node   // the nodes of all with weight > 0
 	pre     []uint64 // live[i].pre, contiguous
+	wmax    float64  // maxWeight(live): skipMax on above 2·packedMax live nodes
 	uniform bool     // all live weights are equal
 }
 
@@ -49,6 +50,7 @@ func New(nodes []Node) (*Ranker, error) {
 			r.pre = append(r.pre, n.pre)
 		}
 	}
+	r.wmax = maxWeight(r.live)
 	return r, nil
 }
 
@@ -71,40 +73,29 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	}
 	kp := premix(keyHash)
 	if !r.uniform {
-		return live[pickGeneral(kp, live, nil)], true
+		return live[pickGeneral(kp, live, nil, r.pre, r.wmax)], true
 	}
 	if len(live) > packedMax {
 		return live[r.maxUnrolled(kp)], true
 	}
-	if i, ok := maxPacked(kp, r.pre); ok {
+	if i, ok := maxPacked(kp, r.pre, newMixer()); ok {
 		return live[i], true
 	}
-	return live[pickGeneral(kp, live, nil)], true // two nodes may tie on m: decide by ID
+	return live[pickGeneral(kp, live, nil, r.pre, r.wmax)], true // two nodes may tie on m: decide by ID
 }
 
 // maxUnrolled is the package-level maxUnrolled over the contiguous hashes (no weights).
 func (r *Ranker) maxUnrolled(kp uint64) int {
-	pre, live := r.pre, r.live
-	bi, bx := 0, finish(kp^pre[0])
-	lim := bx &^ 0x7ff
-	i := 1
-	for ; i+4 <= len(pre); i += 4 {
-		q := pre[i : i+4 : i+4]
-		x0, x1, x2, x3 := finish(kp^q[0]), finish(kp^q[1]), finish(kp^q[2]), finish(kp^q[3])
-		if x0 >= lim || x1 >= lim || x2 >= lim || x3 >= lim {
-			for j, x := range [4]uint64{x0, x1, x2, x3} {
-				if x >= lim && (x>>11 != bx>>11 || live[i+j].id < live[bi].id) {
-					bi, bx, lim = i+j, x, x&^0x7ff
-				}
-			}
+	bi, bz := -1, uint64(0)
+	for i := 0; ; i++ {
+		var z uint64
+		if i, z = scanPre(kp, r.pre, i, bz&^low33, newMixer()); i == len(r.pre) {
+			return bi
+		}
+		if bi < 0 || ahead(z, r.live[i].id, bz, r.live[bi].id) {
+			bi, bz = i, z
 		}
 	}
-	for ; i < len(pre); i++ {
-		if x := finish(kp ^ pre[i]); x >= lim && (x>>11 != bx>>11 || live[i].id < live[bi].id) {
-			bi, bx, lim = i, x, x&^0x7ff
-		}
-	}
-	return bi
 }
 
 // Rank returns the nodes with a positive weight in the canonical order, best first

@@ -1,6 +1,9 @@
 package hrw
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // TopK appends to dst[:0] the indices of the first k nodes of the canonical order, best
 // first, and returns the extended slice: TopK(dst, h, nodes, 1) holds [Pick](h, nodes)
@@ -49,9 +52,9 @@ func topk(kp uint64, nodes []Node, eligible func(int) bool, k int, dst []int, ex
 		if len(dst) == k && eligible == nil {
 			// Skip the nodes that cannot enter in a tight loop.
 			if mixed {
-				i, _ = skipBelow(kp, nodes, i, pruneScale(thr.s))
+				i, _ = skipBelow(kp, nodes, i, thr.s, newMixer())
 			} else {
-				i, _ = scanEqual(kp, nodes, i, thr.w, thr.m)
+				i, _ = scanEqual(kp, nodes, i, math.Float64bits(thr.w), thr.m<<11&^low33, newMixer())
 			}
 			if i >= len(nodes) {
 				break
@@ -199,22 +202,6 @@ func outranks(c, thr *key) bool {
 		}
 	}
 	return before(c, thr)
-}
-
-// scanEqual returns the first index j >= i (and its m) of a node that is not certain
-// to lose to the best (weight bw > 0, mixed value bm) when every node seen so far has
-// weight bw: a node with another weight (0 included, so that the caller notices it), or
-// one with weight bw and m >= bm. It returns len(nodes) if there is none.
-//
-// It tests m >= bm as mix >= bm<<11, which saves a shift per node.
-func scanEqual(kp uint64, nodes []Node, i int, bw float64, bm uint64) (int, uint64) {
-	lim := bm << 11
-	for j, n := range nodes[i:] {
-		if x := finish(kp ^ n.pre); x >= lim || n.weight != bw {
-			return i + j, x >> 11
-		}
-	}
-	return len(nodes), 0
 }
 
 // firstEligible reports whether nodes[i] is the first eligible occurrence of its ID.

@@ -1,0 +1,25 @@
+package hrw
+
+// NodeWithMid builds a node whose mid value (splitmix64 of premix(keyHash) ^ node hash
+// before its last xorshift) is exactly z for keyHash, by inverting mid, so tests can
+// place nodes whose top 31 bits tie while their m values order either way. Test-only.
+func NodeWithMid(id string, keyHash, z uint64, weight float64) Node {
+	c := newMixer()
+	z *= inverse(c.k2)
+	z ^= z>>27 ^ z>>54 // inverts x ^= x>>27
+	z *= inverse(c.k1)
+	return Node{id: id, pre: z ^ premix(keyHash), weight: weight}
+}
+
+// MidOf returns mid(premix(keyHash) ^ n.pre). Test-only.
+func MidOf(keyHash uint64, n Node) uint64 { return mid(premix(keyHash) ^ n.pre) }
+
+// inverse returns the multiplicative inverse of an odd k modulo 2^64 (Newton's
+// iteration doubles the correct low bits each step: 3 -> 6 -> ... -> 96).
+func inverse(k uint64) uint64 {
+	x := k
+	for range 5 {
+		x *= 2 - k*x
+	}
+	return x
+}
