@@ -1,0 +1,144 @@
+package hrw
+
+import (
+	"math"
+	"unsafe"
+)
+
+// The equal-weight selections: the loops of Pick and Ranker.Pick when all weights are
+// equal, and the scans that TopK and Ranker's weighted selection share with them.
+
+// packedMax is the largest node count for which the equal-weight selections use the
+// branch-free loop. Above it the unrolled loop with one well-predicted branch per node
+// wins.
+const packedMax = 64
+
+// pickEqual is Pick's equal-weight fast path over premixed key kp. ok=false means the
+// weights are not all equal and positive, or (packed loop) two nodes may tie: the caller
+// must use pickGeneral.
+func pickEqual(kp uint64, nodes []Node) (int, bool) {
+	if len(nodes) == 0 {
+		return -1, true
+	}
+	w0 := math.Float64bits(nodes[0].weight)
+	if w0 == 0 || math.Float64bits(nodes[len(nodes)-1].weight) != w0 {
+		return 0, false // (the last node's weight: varied weights leave at once)
+	}
+	if len(nodes) > packedMax {
+		return maxUnrolled(kp, nodes, w0)
+	}
+	return maxPackedNodes(kp, nodes, w0, newMixer())
+}
+
+// maxPackedNodes is pickEqual's branch-free loop for up to packedMax nodes. The packed
+// value v is the node's mid value with its 33 low bits replaced by the index: the
+// largest v has the largest top 31 bits, hence the largest m, and its index. s2 is the
+// second largest v; if it shares the top 31 bits with the largest, ok=false and the
+// caller decides exactly (about n·2^-31 of the keys). ok=false also when a weight
+// differs from w0 (bits). c carries the constants (see mixer); not inlined, as maxPacked.
+//
+//go:noinline
+func maxPackedNodes(kp uint64, nodes []Node, w0 uint64, c mixer) (int, bool) {
+	var bv, s2 uint64
+	for i := range nodes {
+		n := &nodes[i]
+		if wbits(n) != w0 {
+			return 0, false
+		}
+		v := c.mid(kp^n.pre)&c.hi | uint64(i)
+		s2 = max(s2, min(bv, v))
+		bv = max(bv, v)
+	}
+	return int(bv & low33), bv^s2 > low33
+}
+
+// maxPacked is maxPackedNodes over contiguous premixed hashes (no weights), for up to
+// packedMax of them; ok=false: two nodes may tie. Not inlined: inside a larger function
+// the compiler turns the maximum into a branch, which mispredicts, and the constants in
+// c back into constants.
+//
+//go:noinline
+func maxPacked(kp uint64, pre []uint64, c mixer) (int, bool) {
+	var bv, s2 uint64
+	for i, h := range pre {
+		v := c.mid(kp^h)&c.hi | uint64(i)
+		s2 = max(s2, min(bv, v))
+		bv = max(bv, v)
+	}
+	return int(bv & low33), bv^s2 > low33
+}
+
+// ahead reports whether a node (mid value z, ID id) comes before the best so far (bz,
+// bid) in the equal-weight order: higher m, then the smaller ID.
+func ahead(z uint64, id string, bz uint64, bid string) bool {
+	m, bm := last(z)>>11, last(bz)>>11
+	return m > bm || (m == bm && id < bid)
+}
+
+// maxUnrolled is pickEqual's loop for more than packedMax nodes: scanEqual skips the
+// nodes whose mid value's top 31 bits stay below the best's, and only the few others
+// (O(log n) expected) are compared exactly, by m and ID, so ties need no second pass.
+func maxUnrolled(kp uint64, nodes []Node, w0 uint64) (int, bool) {
+	bi, bz := -1, uint64(0)
+	for i := 0; ; i++ {
+		var z uint64
+		if i, z = scanEqual(kp, nodes, i, w0, bz&^low33, newMixer()); i == len(nodes) {
+			return bi, true
+		}
+		if wbits(&nodes[i]) != w0 {
+			return 0, false
+		}
+		if bi < 0 || ahead(z, nodes[i].id, bz, nodes[bi].id) {
+			bi, bz = i, z
+		}
+	}
+}
+
+// scanEqual returns the first index j >= i, and its mid value, of a node that has weight
+// bits other than w0 or a mid value z >= lim (lim has its 33 low bits clear: the node's
+// top 31 bits reach the best's), or len(nodes). Four nodes per step; a leaf, so that it
+// keeps everything in registers.
+//
+//go:noinline
+func scanEqual(kp uint64, nodes []Node, i int, w0, lim uint64, c mixer) (int, uint64) {
+	q := nodes[i:]
+	for ; len(q) >= 4; q = q[4:] {
+		z0, z1, z2, z3 := c.mid(kp^q[0].pre), c.mid(kp^q[1].pre), c.mid(kp^q[2].pre), c.mid(kp^q[3].pre)
+		if z0 >= lim || z1 >= lim || z2 >= lim || z3 >= lim || wbits(&q[0]) != w0 ||
+			wbits(&q[1]) != w0 || wbits(&q[2]) != w0 || wbits(&q[3]) != w0 {
+			break
+		}
+	}
+	i = len(nodes) - len(q)
+	for ; i < len(nodes); i++ {
+		n := &nodes[i]
+		if z := c.mid(kp ^ n.pre); z >= lim || wbits(n) != w0 {
+			return i, z
+		}
+	}
+	return i, 0
+}
+
+// scanPre is scanEqual over contiguous premixed hashes (no weights).
+//
+//go:noinline
+func scanPre(kp uint64, pre []uint64, i int, lim uint64, c mixer) (int, uint64) {
+	q := pre[i:]
+	for ; len(q) >= 4; q = q[4:] {
+		z0, z1, z2, z3 := c.mid(kp^q[0]), c.mid(kp^q[1]), c.mid(kp^q[2]), c.mid(kp^q[3])
+		if z0 >= lim || z1 >= lim || z2 >= lim || z3 >= lim {
+			break
+		}
+	}
+	i = len(pre) - len(q)
+	for ; i < len(pre); i++ {
+		if z := c.mid(kp ^ pre[i]); z >= lim {
+			return i, z
+		}
+	}
+	return i, 0
+}
+
+// wbits is math.Float64bits(n.weight) loaded straight into an integer register (the
+// compiler otherwise loads the float and moves it: two instructions per node).
+func wbits(n *Node) uint64 { return *(*uint64)(unsafe.Pointer(&n.weight)) }
