@@ -1,9 +1,6 @@
 package hrw
 
-import (
-	"math"
-	"unsafe"
-)
+import "unsafe"
 
 // The equal-weight selections: the loops of Pick and Ranker.Pick when all weights are
 // equal, and the scans that TopK and Ranker's weighted selection share with them.
@@ -13,32 +10,26 @@ import (
 // wins.
 const packedMax = 64
 
-// pickEqual is Pick's equal-weight fast path over premixed key kp. ok=false means the
-// weights are not all equal and positive, or (packed loop) two nodes may tie: the caller
-// must use pickGeneral.
-func pickEqual(kp uint64, nodes []Node) (int, bool) {
+// pickEqual is Pick's equal-weight selection over premixed key kp. ok=false means the
+// weights are not all equal and positive, or two nodes may tie: the caller must use
+// pickGeneral. Up to packedMax nodes it runs a branch-free loop: the packed value v is
+// the node's mid value with its 33 low bits replaced by the index, so the largest v has
+// the largest top 31 bits, hence the largest m, and its index. s2 is the second largest
+// v; if it shares the top 31 bits with the largest, ok=false (about n·2^-31 of the
+// keys). c carries the constants (see mixer); not inlined, so that they stay variables.
+//
+//go:noinline
+func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 	if len(nodes) == 0 {
 		return -1, true
 	}
-	w0 := math.Float64bits(nodes[0].weight)
-	if w0 == 0 || math.Float64bits(nodes[len(nodes)-1].weight) != w0 {
+	w0 := wbits(&nodes[0])
+	if w0 == 0 || wbits(&nodes[len(nodes)-1]) != w0 {
 		return 0, false // (the last node's weight: varied weights leave at once)
 	}
 	if len(nodes) > packedMax {
 		return maxUnrolled(kp, nodes, w0)
 	}
-	return maxPackedNodes(kp, nodes, w0, newMixer())
-}
-
-// maxPackedNodes is pickEqual's branch-free loop for up to packedMax nodes. The packed
-// value v is the node's mid value with its 33 low bits replaced by the index: the
-// largest v has the largest top 31 bits, hence the largest m, and its index. s2 is the
-// second largest v; if it shares the top 31 bits with the largest, ok=false and the
-// caller decides exactly (about n·2^-31 of the keys). ok=false also when a weight
-// differs from w0 (bits). c carries the constants (see mixer); not inlined, as maxPacked.
-//
-//go:noinline
-func maxPackedNodes(kp uint64, nodes []Node, w0 uint64, c mixer) (int, bool) {
 	var bv, s2 uint64
 	for i := range nodes {
 		n := &nodes[i]
@@ -52,8 +43,8 @@ func maxPackedNodes(kp uint64, nodes []Node, w0 uint64, c mixer) (int, bool) {
 	return int(bv & low33), bv^s2 > low33
 }
 
-// maxPacked is maxPackedNodes over contiguous premixed hashes (no weights), for up to
-// packedMax of them; ok=false: two nodes may tie. Not inlined: inside a larger function
+// maxPacked is pickEqual's branch-free loop over contiguous premixed hashes (no
+// weights), for up to packedMax of them; ok=false: two nodes may tie. Not inlined: inside a larger function
 // the compiler turns the maximum into a branch, which mispredicts, and the constants in
 // c back into constants.
 //

@@ -21,10 +21,14 @@ package hrw
 // ID first given with another weight is the selection redone with duplicates removed
 // (O(n²) in the worst case). Safe for concurrent use.
 func Pick(keyHash uint64, nodes []Node) int {
-	kp := premix(keyHash)
-	if i, ok := pickEqual(kp, nodes); ok {
+	if i, ok := pickEqual(premix(keyHash), nodes, newMixer()); ok {
 		return i
 	}
+	return pickWeighted(premix(keyHash), nodes)
+}
+
+// pickWeighted is Pick after pickEqual declined (out of line, so that Pick inlines).
+func pickWeighted(kp uint64, nodes []Node) int {
 	return dedup(kp, nodes, nil, pickGeneral(kp, nodes, nil, nil, 0))
 }
 
