@@ -65,7 +65,9 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
 // over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above); with
-// varied weights as [Pick] without the duplicate scan.
+// varied weights as [Pick] without the duplicate scan, and above 128 live nodes one
+// integer compare per node that cannot win even with the set's largest weight (the
+// conversion and product of the weighted scan only for the others).
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	live := r.live
 	if len(live) == 0 {
