@@ -266,10 +266,14 @@
 // # Costs (measured numbers in the package benchmarks)
 //
 //   - SelectBackend hit: 0 allocs; one xxh3 hash of the session ID, one clock read, one
-//     shard lock, an index probe, O(len(candidates)) ID-hash compares (one predictable
-//     branch each), and a move to the front of the binding's LRU list. The move keeps
-//     eviction exact per shard (the model test pins it): the hit writes the shard's lock
-//     line and three entries' links, which is most of its distance to a bare locked map.
+//     shard lock, an index probe, a check of the candidate where the binding's backend
+//     was found last time (its ID string's pointer, remembered per shard and backend)
+//     plus O(len(candidates)) hash checks for an earlier duplicate or a zero Backend
+//     (a branch that is never taken, so predicted), and a move to the front of the
+//     binding's LRU list. The move keeps eviction exact per shard (the model test pins
+//     it, ties included): the hit writes the shard's lock line and three entries' links.
+//     SelectBackend and Acquire share one decision path; the hit is tried first, under
+//     the one lock acquisition the rest of the decision then continues with.
 //   - SelectBackend miss: 1 allocation (the stored key: 1 + len(tier) + len(sessionID)
 //     bytes, which also copies the caller's session ID); O(len(candidates)) HRW scores,
 //     plus one health lookup per candidate when the winner is not Healthy; two lock
@@ -282,7 +286,9 @@
 //     lease record and one compare-and-swap (0 allocs in the steady state). With load
 //     awareness on, a miss and a hit on a busy backend also read every candidate's load
 //     (O(len(candidates)) lock-free lookups and atomic loads, no sort; the hit does it
-//     under its shard lock); a hit on an idle backend reads one. Done with usage and load
+//     under its shard lock); a hit on an idle backend reads one. A miss ranks in the same
+//     pass and stops there when the HRW winner is under the bound (the common case); only
+//     otherwise does it pass over the candidates again. Done with usage and load
 //     awareness on hashes the session ID and takes one shard lock.
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.
@@ -300,8 +306,9 @@
 // holding the low 32 bits of that hash and an entry number — no second hash of the key);
 // a slab of 48-byte entries in 256-entry chunks with a free list (no per-binding pointer
 // objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
-// backend (its interned ID and hrw node hash kept once per shard), which makes
-// OnBackendDown proportional to that backend's bindings. The key is one string: a byte
+// backend (its interned ID and hrw node hash kept once per shard, with the candidate
+// index and ID string where a hit last found it), which makes OnBackendDown
+// proportional to that backend's bindings. The key is one string: a byte
 // with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the session ID.
 // Lookups compare a stored key with (tier, session ID) in place, so they never build a
 // key and never allocate, whatever the session ID's length; the length byte lets the

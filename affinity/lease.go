@@ -1,13 +1,10 @@
 package affinity
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
-	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
 	"github.com/agentserve/sessionaffinity/metrics"
 )
@@ -230,7 +227,8 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 // turn's usage); 0 counts as 1, more than MaxLeaseCost as MaxLeaseCost, negative is
 // ErrInvalidCost.
 //
-// With load awareness off (Config.Load absent) the decision is exactly SelectBackend's.
+// With load awareness off (Config.Load absent) the decision is exactly SelectBackend's:
+// both run the same decision code, which then reads no load.
 // With it on, a miss walks the session's HRW ranking over the eligible candidates and
 // takes the first backend whose load, this request counted, is within balance_factor x
 // the mean; a hit whose backend is over that bound moves (a spill) when the spill guard
@@ -253,171 +251,15 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 		return Lease{}, err
 	}
 	units := min(max(cost, 1), MaxLeaseCost)
-	t := s.t
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	cls, enabled := t.classOf(tier)
-	if !enabled { // TTL 0: the (bounded-load) HRW winner, nothing stored
-		pl, err := s.placeNew(kh, candidates, units)
-		if err != nil {
-			return Lease{}, err
-		}
-		sh.mu.Lock()
-		sh.c.misses++
-		sh.mu.Unlock()
-		s.rec.Miss(tier)
-		return s.lease(candidates[pl.w], pl.bl, false, OutcomeMiss, units, sessionID, tier), nil
+	ci, out, g, err := s.decide(sessionID, tier, candidates, s.ld.p.on, units)
+	if err != nil {
+		return Lease{}, err
 	}
-
-	now := t.clock.now()
-	var pl placement
-	pl.w, pl.st = -1, health.Healthy
-	var d decision
-	consulted := false // d holds the shared store's decision (store.go, store_lease.go)
-	for {
-		sh.mu.Lock()
-		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
-		found := i != 0
-		var reason metrics.Reason
-		var boundID string
-		spill := placement{w: -1}
-		if found && !consulted {
-			e := sh.at(i)
-			if now-e.lastUse < t.ttls[e.class] {
-				slot := &sh.slots[e.slot]
-				boundID = slot.id
-				ci, bad := findBackend(candidates, slot.hash, slot.id)
-				switch {
-				case bad >= 0:
-					sh.mu.Unlock()
-					return Lease{}, invalidCandidate(bad)
-				case ci < 0:
-					reason = metrics.ReasonNotCandidate
-				case s.state(slot.id) == health.Down:
-					reason = metrics.ReasonUnhealthy
-				default:
-					var bl *backendLoad
-					var rp, idle int64
-					charge := units
-					if s.ld.p.on {
-						bl = s.ld.loads.get(slot.id, slot.hash)
-						rp = reprefill(e, units)
-						grp, kept := rp, rp       // the guard's reprefill, the prefix expected cached
-						if s.ld.p.drainRate > 0 { // cache retention (drainmodel.go)
-							idle = now - e.lastUse
-							grp, kept = bl.retainedPrefix(&s.ld.p, idle, rp)
-						}
-						// The guard needs wait(bound) - wait(target) > w x rp with wait(target)
-						// >= 0, and an idle backend is never overloaded: a hit whose own
-						// backend's wait is at most w x rp (or 0) stays without reading the
-						// other candidates' loads.
-						if v := bl.view(&s.ld.p, now); s.ld.p.spill && v != 0 && float64(v) > s.ld.p.weight*float64(grp) {
-							spill = s.spillTarget(kh, candidates, ci, bl, units, grp)
-						}
-						// A hit on a warm backend queues only the prompt beyond the cached
-						// prefix (rule 13).
-						charge = max(units-kept, 1)
-					}
-					if spill.w < 0 { // hit (also the losers of concurrent first turns)
-						refresh := s.store != nil && refreshDue(kh, e.lastUse, now, t.ttls[e.class])
-						ttl := t.ttls[e.class]
-						sh.touch(i, e, now)
-						sh.c.hits++
-						sh.mu.Unlock()
-						if refresh {
-							s.refresh(kh, tier, boundID, ttl)
-						}
-						s.rec.Hit(tier)
-						l := s.lease(candidates[ci], bl, true, OutcomeHit, charge, sessionID, tier)
-						if s.ld.p.drainRate > 0 {
-							l.rec.idle, l.rec.rp = idle, rp
-						}
-						return l, nil
-					}
-					reason = metrics.ReasonOverloaded
-					pl = spill
-					if s.storeUsable(now) { // the spill is a compare-and-set in the store
-						ttl := t.ttls[e.class]
-						sh.mu.Unlock()
-						d, consulted = s.casSpill(kh, tier, candidates, boundID, spill.w, ttl, now)
-						continue
-					}
-				}
-			}
-		}
-		if pl.w < 0 {
-			sh.mu.Unlock()
-			var err error
-			if pl, err = s.placeNew(kh, candidates, units); err != nil {
-				return Lease{}, err
-			}
-			if s.store != nil {
-				d, consulted = s.consult(kh, tier, candidates, pl.w, t.ttls[cls], now)
-			}
-			continue
-		}
-		if consulted {
-			if s.state(candidates[d.idx].node.ID()) == health.Down {
-				sh.mu.Unlock()
-				pl.w, consulted = -1, false
-				continue
-			}
-			var bl *backendLoad
-			if d.idx == pl.w {
-				bl = pl.bl
-			}
-			b, hit, _ := s.bindDecided(sh, i, kh, tier, sessionID, cls, candidates, d, now)
-			return s.lease(b, bl, hit, d.outcome(), units, sessionID, tier), nil
-		}
-		if s.state(candidates[pl.w].node.ID()) != pl.st {
-			sh.mu.Unlock()
-			pl.w = -1
-			continue
-		}
-		if found {
-			sh.remove(i)
-			if reason != 0 {
-				sh.c.broken[reason]++
-			} else {
-				sh.c.expired++
-			}
-		}
-		wb := &candidates[pl.w].node
-		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), wb.Hash(), now)
-		sh.c.misses++
-		sh.mu.Unlock()
-		out := OutcomeMiss
-		if reason != 0 {
-			out = OutcomeRebind
-			if reason == metrics.ReasonOverloaded {
-				out = OutcomeSpill
-			}
-			s.rec.Broken(tier, reason)
-			if s.log != nil {
-				attrs := []slog.Attr{slog.String("tier", tier), slog.String("reason", reason.String()),
-					slog.String("from", boundID), slog.String("to", wb.ID())}
-				if reason == metrics.ReasonOverloaded {
-					attrs = append(attrs, slog.Int64("wait_from", spill.boundLoad), slog.Int64("wait_to", spill.load))
-				}
-				s.log.LogAttrs(context.Background(), slog.LevelDebug, "affinity: broken binding rebound", attrs...)
-			}
-		}
-		if ev {
-			s.rec.Evicted(evTier)
-		}
-		s.rec.Miss(tier)
-		return s.lease(candidates[pl.w], pl.bl, false, out, units, sessionID, tier), nil
+	l := s.lease(candidates[ci], g.bl, out == OutcomeHit, out, g.charge, sessionID, tier)
+	if s.ld.p.drainRate > 0 { // a hit's idle time and expected prefix (drainmodel.go)
+		l.rec.idle, l.rec.rp = g.idle, g.rp
 	}
-}
-
-// placeNew places a new (or rebound) session: SelectBackend's HRW winner with load
-// awareness off, else the bounded-load walk.
-func (s *Scheduler) placeNew(kh uint64, cands []Backend, units int64) (placement, error) {
-	if !s.ld.p.on {
-		w, st, err := s.pick(kh, cands)
-		return placement{w: w, st: st}, err
-	}
-	return s.walk(kh, cands, units, -1)
+	return l, nil
 }
 
 // spillTarget returns the placement a hit on candidates[ci] (whose load is bl) should move

@@ -35,21 +35,20 @@ func BenchmarkLeaseHit(b *testing.B) {
 				}
 			}
 			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
+				batched(b, func(i int) {
 					id := ids[i&(benchSessions-1)]
 					if mode == "select" {
 						if _, ok, err := s.SelectBackend(id, "", bs); !ok || err != nil {
 							b.Fatal("not a hit", err)
 						}
-						continue
+						return
 					}
 					l, err := s.Acquire(id, "", bs, 1000)
 					if err != nil || l.Outcome != affinity.OutcomeHit {
 						b.Fatal("not a hit", l.Outcome, err)
 					}
 					l.Done(affinity.DoneInfo{})
-				}
+				})
 			})
 		}
 	}
@@ -80,21 +79,21 @@ func BenchmarkLeaseMiss(b *testing.B) {
 					_, _, _ = s.SelectBackend(ids[pool-1-i], "", bs)
 				}
 				const usable = pool - 1<<16
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
+				b.ResetTimer() // the fill above is setup
+				batched(b, func(i int) {
 					id := ids[i%usable]
 					if mode == "select" {
 						if _, hit, err := s.SelectBackend(id, "", bs); hit || err != nil {
 							b.Fatal("not a miss", err)
 						}
-						continue
+						return
 					}
 					l, err := s.Acquire(id, "", bs, 1000)
 					if err != nil || l.Outcome != affinity.OutcomeMiss {
 						b.Fatal("not a miss", l.Outcome, err)
 					}
 					l.Done(affinity.DoneInfo{})
-				}
+				})
 			})
 		}
 	}

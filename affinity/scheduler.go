@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
@@ -212,6 +213,44 @@ func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 	return found, invalid
 }
 
+// findSlot is findBackend for the backend of a binding, slot, on the hit path. It first
+// tries the candidate where the last hit found this backend (slot.hint), confirming it
+// by the pointer of its ID string (equal pointers and lengths: the very string stored
+// there) or, failing that, by hash and ID; then it checks, in loops whose one branch is
+// never taken in the common case (so predicted), that no earlier candidate has this hash
+// (the first match wins) and that no candidate is a zero Backend (hash 0). Anything else
+// falls back to findBackend, whose result becomes the new hint. Same result as
+// findBackend; O(len(cands)), 0 allocs. The caller holds the shard lock (hint is written).
+func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
+	h := int(slot.hint)
+	if h < len(cands) {
+		c := &cands[h].node
+		id := c.ID()
+		if len(id) == len(slot.id) && (unsafe.StringData(id) == unsafe.StringData(slot.hintID) ||
+			(c.Hash() == slot.hash && id == slot.id)) {
+			clean := true
+			for j := 0; j < h; j++ {
+				if x := cands[j].node.Hash(); x == slot.hash || x == 0 {
+					clean = false
+				}
+			}
+			for j := h + 1; j < len(cands); j++ {
+				if cands[j].node.Hash() == 0 {
+					clean = false
+				}
+			}
+			if clean {
+				return h, -1
+			}
+		}
+	}
+	found, invalid = findBackend(cands, slot.hash, slot.id)
+	if found >= 0 {
+		slot.hint, slot.hintID = uint32(found), cands[found].node.ID()
+	}
+	return found, invalid
+}
+
 func noEligible(cands []Backend) error {
 	return fmt.Errorf("%w: all %d candidates are down", ErrNoEligibleBackend, len(cands))
 }
@@ -236,115 +275,11 @@ func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) 
 	if err := s.validate(sessionID, tier, candidates); err != nil {
 		return Backend{}, false, err
 	}
-	t := s.t
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	cls, enabled := t.classOf(tier)
-	if !enabled { // TTL 0: the HRW winner, nothing stored
-		w, _, err := s.pick(kh, candidates)
-		if err != nil {
-			return Backend{}, false, err
-		}
-		sh.mu.Lock()
-		sh.c.misses++
-		sh.mu.Unlock()
-		s.rec.Miss(tier)
-		return candidates[w], false, nil
+	ci, out, _, err := s.decide(sessionID, tier, candidates, false, 0)
+	if err != nil {
+		return Backend{}, false, err
 	}
-
-	now := t.clock.now()
-	w, wst := -1, health.Healthy
-	var d decision
-	consulted := false // d holds the shared store's decision (store.go)
-	for {
-		sh.mu.Lock()
-		i := sh.idx.find(sh, uint32(kh), tier, sessionID)
-		found := i != 0
-		var reason metrics.Reason
-		var boundID string
-		if found && !consulted {
-			e := sh.at(i)
-			if now-e.lastUse < t.ttls[e.class] {
-				slot := &sh.slots[e.slot]
-				boundID = slot.id
-				ci, bad := findBackend(candidates, slot.hash, slot.id)
-				switch {
-				case bad >= 0:
-					sh.mu.Unlock()
-					return Backend{}, false, invalidCandidate(bad)
-				case ci < 0:
-					reason = metrics.ReasonNotCandidate
-				case s.state(slot.id) == health.Down:
-					reason = metrics.ReasonUnhealthy
-				default: // hit (also the losers of concurrent first turns)
-					refresh := s.store != nil && refreshDue(kh, e.lastUse, now, t.ttls[e.class])
-					ttl := t.ttls[e.class]
-					sh.touch(i, e, now)
-					sh.c.hits++
-					sh.mu.Unlock()
-					if refresh {
-						s.refresh(kh, tier, boundID, ttl)
-					}
-					s.rec.Hit(tier)
-					return candidates[ci], true, nil
-				}
-			}
-		}
-		if w < 0 {
-			// Compute the winner outside the lock, then decide again: nothing is changed
-			// before we know the call succeeds.
-			sh.mu.Unlock()
-			var err error
-			if w, wst, err = s.pick(kh, candidates); err != nil {
-				return Backend{}, false, err
-			}
-			if s.store != nil {
-				d, consulted = s.consult(kh, tier, candidates, w, t.ttls[cls], now)
-			}
-			continue
-		}
-		if consulted {
-			if s.state(candidates[d.idx].node.ID()) == health.Down {
-				sh.mu.Unlock()
-				w, consulted = -1, false
-				continue
-			}
-			return s.bindDecided(sh, i, kh, tier, sessionID, cls, candidates, d, now)
-		}
-		// Re-check the winner under the lock that inserts: OnBackendDown marks Down
-		// before it drops bindings shard by shard under each shard's lock, so either it
-		// sees this binding or we see Down here.
-		if s.state(candidates[w].node.ID()) != wst {
-			sh.mu.Unlock()
-			w = -1
-			continue
-		}
-		if found {
-			sh.remove(i)
-			if reason != 0 {
-				sh.c.broken[reason]++
-			} else {
-				sh.c.expired++
-			}
-		}
-		wb := &candidates[w].node
-		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), wb.Hash(), now)
-		sh.c.misses++
-		sh.mu.Unlock()
-		if reason != 0 {
-			s.rec.Broken(tier, reason)
-			if s.log != nil {
-				s.log.LogAttrs(context.Background(), slog.LevelDebug, "affinity: broken binding rebound",
-					slog.String("tier", tier), slog.String("reason", reason.String()),
-					slog.String("from", boundID), slog.String("to", wb.ID()))
-			}
-		}
-		if ev {
-			s.rec.Evicted(evTier)
-		}
-		s.rec.Miss(tier)
-		return candidates[w], false, nil
-	}
+	return candidates[ci], out == OutcomeHit, nil
 }
 
 // OnBackendDown records id as observed down in the health set (health.Set.Observe(id,

@@ -45,12 +45,18 @@ type entry struct {
 type lruList struct{ head, tail uint32 }
 
 // backendSlot is a backend known to one shard: its interned ID, the hrw node hash (for
-// fast candidate matching) and the head of its bindings list. Freed at count 0.
+// fast candidate matching) and the head of its bindings list. Freed at count 0. hint and
+// hintID remember where a hit last found this backend among the caller's candidates (the
+// index and that candidate's ID string, whose bytes are usually those of every later
+// call's candidate) so that the next hit can confirm it without a search (findSlot).
 type backendSlot struct {
-	id    string
-	hash  uint64
-	head  uint32
-	count uint32
+	id     string
+	hintID string // a candidate's ID equal to id (the caller's string: short, pinned)
+	hash   uint64
+	head   uint32
+	count  uint32
+	hint   uint32
+	bl     *backendLoad // the backend's load record (Scheduler leases), cached; nil until used
 }
 
 // counters are plain integers guarded by the shard lock; Stats sums them.

@@ -98,6 +98,13 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	var nH, nD int       // eligible Healthy / Draining candidates
 	var totH, totD int64 // their loads
 	varied, w0 := false, 0.0
+	// Placing (bound < 0): the rank keys are computed in this pass, and the best-ranked
+	// Healthy and Draining candidates tracked (equal weights: the largest m; tie: a later
+	// candidate with the same m), so that the common case — the HRW winner is under the
+	// bound — needs no second pass.
+	place := bound < 0
+	bestH, bestD := -1, -1
+	tieH, tieD := false, false
 	for i := range cands {
 		c := &cands[i]
 		if isZero(c) {
@@ -126,20 +133,31 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		if i == bound {
 			pl.boundLoad = load
 		}
+		if place {
+			w.m[i] = hrw.Mix(kh, h) >> 11
+			varied = varied || (w0 != 0 && c.node.Weight() != w0)
+			w0 = c.node.Weight()
+		}
 		switch st := s.state(c.node.ID()); st {
 		case health.Healthy:
 			w.st[i] = st
 			nH++
 			totH += load
+			if place {
+				bestH, tieH = better1(w.m, i, bestH, tieH)
+			}
 		case health.Draining:
 			w.st[i] = st
 			nD++
 			totD += load
+			if place {
+				bestD, tieD = better1(w.m, i, bestD, tieD)
+			}
 		}
 	}
-	want, n, total := health.Healthy, nH, totH
+	want, n, total, best, tie := health.Healthy, nH, totH, bestH, tieH
 	if nH == 0 {
-		want, n, total = health.Draining, nD, totD
+		want, n, total, best, tie = health.Draining, nD, totD, bestD, tieD
 	}
 	if n == 0 {
 		return pl, noEligible(cands)
@@ -152,17 +170,20 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 			return pl, nil // a hit under the bound stays: no ranking needed
 		}
 	}
-	// Rank keys only now: a hit under the bound never needs them.
-	for i := range cands {
-		if w.bl[i] == nil { // a later copy of an ID
-			continue
+	if !place { // rank keys only now when spilling: a hit under the bound never needs them
+		for i := range cands {
+			if w.bl[i] != nil { // not a later copy of an ID
+				w.m[i] = hrw.Mix(kh, cands[i].node.Hash()) >> 11
+				varied = varied || (w0 != 0 && cands[i].node.Weight() != w0)
+				w0 = cands[i].node.Weight()
+			}
 		}
-		w.m[i] = hrw.Mix(kh, cands[i].node.Hash()) >> 11
-		if wt := cands[i].node.Weight(); i == 0 || w0 == 0 {
-			w0 = wt
-		} else if wt != w0 {
-			varied = true
-		}
+	}
+	// Equal weights and a unique largest m: that candidate is the first of the ranking,
+	// so if it is under the bound it is the answer (the common case of a placement).
+	if place && !varied && !tie && under(w.load[best]) {
+		pl.w, pl.st, pl.bl, pl.load = best, want, w.bl[best], w.load[best]
+		return pl, nil
 	}
 	if varied {
 		for i := range cands {
@@ -214,4 +235,17 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	}
 	pl.w, pl.st, pl.bl, pl.load = take, w.st[take], w.bl[take], w.load[take]
 	return pl, nil
+}
+
+// better1 folds candidate i into the running best-ranked candidate b of equal weights
+// (largest m) and reports whether the best's m is shared (tie: the full ranking with its
+// ID and index tie-breaks must decide).
+func better1(m []uint64, i, b int, tie bool) (int, bool) {
+	switch {
+	case b < 0 || m[i] > m[b]:
+		return i, false
+	case m[i] == m[b]:
+		return b, true
+	}
+	return b, tie
 }
