@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+)
+
+// configError is a configuration error. Its message says "gateway: invalid config:"
+// once, then the field and the value; errors.Is matches [ErrInvalidConfig], the specific
+// sentinel (kind) and, when the problem was found by a library, the library's error.
+type configError struct {
+	kind  error
+	msg   string
+	cause error // nil, or the library error behind msg
+}
+
+// Error returns "gateway: invalid config: " and the message.
+func (e *configError) Error() string { return ErrInvalidConfig.Error() + ": " + e.msg }
+
+// Unwrap returns ErrInvalidConfig, the specific sentinel and the library error, if any.
+func (e *configError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrInvalidConfig, e.kind}
+	}
+	return []error{ErrInvalidConfig, e.kind, e.cause}
+}
+
+func invalid(kind error, format string, args ...any) error {
+	return &configError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// invalidFrom reports a library's error about field (e.g. "affinity"), dropping the
+// library's own "<pkg>: invalid ...:" prefixes so the message does not stutter.
+func invalidFrom(kind error, field string, cause error, prefixes ...error) error {
+	msg := cause.Error()
+	for _, p := range prefixes {
+		msg = strings.TrimPrefix(msg, p.Error()+": ")
+	}
+	return &configError{kind: kind, msg: field + ": " + msg, cause: cause}
+}
+
+// Validate checks the configuration as given (call [Config.WithDefaults] first for
+// omitted fields). It returns the first problem found, wrapping [ErrInvalidConfig]
+// and a specific sentinel, with the field path and value in the message.
+func (c Config) Validate() error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return invalid(ErrListenAddress, "listen: %q: %v", c.Listen, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return invalid(ErrListenAddress, "listen: %q: port must be 0..65535", c.Listen)
+	}
+	_ = host // empty host means all interfaces
+	if err := c.Affinity.Validate(); err != nil {
+		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
+	}
+	if len(c.Backends) == 0 {
+		return invalid(ErrNoBackends, "backends: at least one backend is required")
+	}
+	seen := make(map[string]int, len(c.Backends))
+	for i, b := range c.Backends {
+		if strings.TrimSpace(b.ID) == "" {
+			return invalid(ErrBackendID, "backends[%d].id: %q: is empty; every backend needs a non-blank id", i, b.ID)
+		}
+		if j, dup := seen[b.ID]; dup {
+			return invalid(ErrDuplicateBackend, "backends[%d].id: %q already used by backends[%d]", i, b.ID, j)
+		}
+		seen[b.ID] = i
+		if err := checkBackendURL(b.URL); err != nil {
+			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, b.URL, err)
+		}
+		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
+			return invalid(ErrBackendWeight, "backends[%d].weight (id %q): %v: must be a finite number >= 0", i, b.ID, b.Weight)
+		}
+		if _, err := affinity.NewBackend(b.ID, b.URL, b.Weight); err != nil {
+			return invalid(ErrBackendWeight, "backends[%d] (id %q): %v", i, b.ID, err)
+		}
+	}
+	for i, h := range c.SessionHeaders {
+		if !validHeaderName(h) {
+			return invalid(ErrHeaderName, "session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
+		}
+	}
+	if !validHeaderName(c.TierHeader) {
+		return invalid(ErrHeaderName, "tier_header: %q: %s", c.TierHeader, headerNameProblem(c.TierHeader))
+	}
+	for model, tier := range c.ModelTiers {
+		if tier == "" {
+			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		return invalid(ErrMaxBodyBytes, "max_body_bytes: %d: must be > 0", c.MaxBodyBytes)
+	}
+	if c.Health.Path == "" || c.Health.Path[0] != '/' {
+		return invalid(ErrHealthConfig, "health.path: %q: must start with /", c.Health.Path)
+	}
+	for name, v := range map[string]float64{
+		"health.interval_seconds": c.Health.IntervalSeconds,
+		"health.timeout_seconds":  c.Health.TimeoutSeconds,
+	} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return invalid(ErrHealthConfig, "%s: %v: must be a finite number >= 0", name, v)
+		}
+	}
+	if c.Health.FailureThreshold < 0 || c.Health.SuccessThreshold < 0 {
+		return invalid(ErrHealthConfig, "health thresholds: failure %d, success %d: must be >= 0",
+			c.Health.FailureThreshold, c.Health.SuccessThreshold)
+	}
+	if v := c.Health.PassiveRecheckSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: must be > 0", v)
+	}
+	if v := c.SweepSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrSweepInterval, "sweep_seconds: %v: must be > 0", v)
+	}
+	if v := c.DrainSeconds; !(v > 0) || math.IsInf(v, 0) {
+		return invalid(ErrDrainTimeout, "drain_seconds: %v: must be > 0", v)
+	}
+	if v := c.LoadReportSeconds; !(v >= 0) || math.IsInf(v, 0) {
+		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: must be >= 0", v)
+	}
+	for i, h := range c.ParentSessionHeaders {
+		if !validHeaderName(h) {
+			return invalid(ErrHeaderName, "parent_session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
+		}
+	}
+	if h := c.Tenant.Header; h != "" && !validHeaderName(h) {
+		return invalid(ErrHeaderName, "tenant.header: %q: %s", h, headerNameProblem(h))
+	}
+	if c.Tenant.CacheSalt && !c.Tenant.APIKey && c.Tenant.Header == "" {
+		return invalid(ErrTenantConfig, "tenant.cache_salt: true needs a tenant source (tenant.api_key or tenant.header)")
+	}
+	if e := c.Metrics.Exporter; e != "" && e != ExporterPrometheus && e != ExporterOTel {
+		return invalid(ErrMetricsExporter, "metrics.exporter: %q: want %q or %q", e, ExporterPrometheus, ExporterOTel)
+	}
+	if err := c.OutlierDetection.validate(); err != nil {
+		return err
+	}
+	if err := c.Timeouts.validate(); err != nil {
+		return err
+	}
+	if bc := c.BackendClient; !isDirect(bc) && !strings.EqualFold(bc, BackendClientNetHTTP) {
+		return invalid(ErrBackendClient, "backend_client: %q: want %q or %q", bc, BackendClientDirect, BackendClientNetHTTP)
+	}
+	if err := c.Limits.validate(c.MaxBodyBytes); err != nil {
+		return err
+	}
+	return c.validateStore()
+}
+
+func checkBackendURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme must be http or https")
+	}
+	if u.Host == "" {
+		return fmt.Errorf("missing host")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("query and fragment are not allowed")
+	}
+	return nil
+}
+
+// headerNameProblem says why s (which validHeaderName rejected) is not a header name.
+func headerNameProblem(s string) string {
+	if s == "" {
+		return "is empty; want an HTTP header name"
+	}
+	return "not a valid HTTP header name (RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~; no spaces or colons)"
+}
+
+// validHeaderName reports whether s is a non-empty RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return http.CanonicalHeaderKey(s) != ""
+}
