@@ -220,3 +220,38 @@ func BenchmarkRankerPickWeighted(b *testing.B) {
 		})
 	}
 }
+
+// fewWeightNodes is benchNodes with the weights a real fleet has: a few sizes of
+// backend, here 1, 2, 3 or 4 at random (up to 4 distinct weights).
+func fewWeightNodes(b testing.TB, n int) []hrw.Node {
+	rng := rand.New(rand.NewPCG(uint64(n), 2))
+	nodes := make([]hrw.Node, n)
+	for i := range nodes {
+		nodes[i] = mustNode(b, fmt.Sprintf("backend-%d.pool.svc:8000", i), float64(1+rng.IntN(4)))
+	}
+	return nodes
+}
+
+func BenchmarkPickFewWeights(b *testing.B) {
+	for _, n := range benchSizes {
+		nodes := fewWeightNodes(b, n)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
+		})
+	}
+}
+
+func BenchmarkRankerPickFewWeights(b *testing.B) {
+	for _, n := range benchSizes {
+		r, err := hrw.New(fewWeightNodes(b, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			batched(b, func(i int) {
+				node, _ := r.Pick(hrw.KeyHash(benchKeys[i&1023]))
+				sink += len(node.ID())
+			})
+		})
+	}
+}

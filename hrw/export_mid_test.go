@@ -23,3 +23,14 @@ func inverse(k uint64) uint64 {
 	}
 	return x
 }
+
+// NodeWithM builds a node whose m (Mix >> 11) is exactly m for keyHash, by inverting the
+// last xorshift too (low 11 bits of the mixed value from lowBits). Test-only.
+func NodeWithM(id string, keyHash, m, lowBits uint64, weight float64) Node {
+	y := m<<11 | lowBits&(1<<11-1)
+	return NodeWithMid(id, keyHash, y^y>>31^y>>62, weight)
+}
+
+// RankerClasses returns the number of weight classes a Ranker picks by (0: it does
+// not). Test-only.
+func RankerClasses(r *Ranker) int { return len(r.cls) }

@@ -129,10 +129,7 @@ func skipBelow(kp uint64, nodes []Node, i int, lo float64, c mixer) (int, uint64
 // node the scan passes over fails that test too, so the result is skipBelow's.
 func skipMax(kp uint64, pre []uint64, nodes []Node, i int, lo, wmax float64) (int, uint64) {
 	k := lo * (0x1p-31 / pruneMargin)
-	lim := uint64(0) // lo == 0 (k == 0, d = +Inf): every node passes
-	if d := wmax / k * (1 + 1e-12); d < 1<<31 {
-		lim = (1<<31 - 1 - uint64(d)) << 33 // z >= lim <=> ^z>>33 <= floor(d)
-	}
+	lim := limFor(wmax, lo)
 	for ; ; i++ {
 		var z uint64
 		if i, z = scanPre(kp, pre, i, lim, newMixer()); i == len(pre) {
@@ -142,6 +139,18 @@ func skipMax(kp uint64, pre []uint64, nodes []Node, i int, lo, wmax float64) (in
 			return i, last(z) >> 11
 		}
 	}
+}
+
+// limFor returns the mid-value limit (low 33 bits clear) below which a node of weight w
+// fails skipBelow's test against lo: with k = lo·2^-31/pruneMargin and d = w/k,
+// slightly rounded up, z >= lim <=> ^z>>33 <= floor(d). lo == 0 (d = +Inf) gives 0:
+// every node passes.
+func limFor(w, lo float64) uint64 {
+	k := lo * (0x1p-31 / pruneMargin)
+	if d := w / k * (1 + 1e-12); d < 1<<31 {
+		return (1<<31 - 1 - uint64(d)) << 33
+	}
+	return 0
 }
 
 // maxWeight returns the largest weight in nodes if there are more than 2·packedMax of

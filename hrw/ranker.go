@@ -7,7 +7,8 @@ import "fmt"
 // It checks weights and collapses duplicates once, here, so that its selections need no
 // duplicate scan, and it keeps the premixed node hashes in one contiguous slice
 // (structure of arrays, as github.com/dgryski/go-rendezvous does) for the equal-weight
-// loop; mixed weights take the weighted selection of [Pick].
+// loop; a few distinct weights are grouped into weight classes with contiguous hashes,
+// other mixed weights take the weighted selection of [Pick].
 //
 // A Ranker is safe for concurrent use by any number of goroutines. Its results are
 // identical to [Pick], [Rank] and [TopK] over the nodes given to [New]. The zero Ranker
@@ -18,6 +19,10 @@ type Ranker struct {
 	pre     []uint64 // live[i].pre, contiguous
 	wmax    float64  // maxWeight(live): skipMax on above 2·packedMax live nodes
 	uniform bool     // all live weights are equal
+	cls     []wclass // weight classes if 2..maxClasses distinct live weights, else nil
+	cpre    []uint64 // live hashes grouped by class (see groupClasses)
+	cid     []int32  // cpre position -> index in live
+	small   bool     // cls != nil and no class has more than packedMax nodes
 }
 
 // New returns a Ranker over nodes. Every node must have a non-empty ID ([ErrEmptyID],
@@ -51,6 +56,9 @@ func New(nodes []Node) (*Ranker, error) {
 		}
 	}
 	r.wmax = maxWeight(r.live)
+	if !r.uniform {
+		r.groupClasses()
+	}
 	return r, nil
 }
 
@@ -64,8 +72,13 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // Pick returns the winner for keyHash and true, or the zero Node and false if the set
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
-// over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above); with
-// varied weights as [Pick] without the duplicate scan, and above 128 live nodes one
+// over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above). With
+// 2 to 8 distinct weights and at least 8 live nodes per weight on average, the same
+// equal-weight loop per weight class (the score is increasing in u for a fixed weight)
+// and an exact comparison of the class winners: with classes of up to 64 nodes by
+// ln-free series bounds (multiplications only), larger classes scanned with an integer
+// limit from the leader's score so that a class that cannot win costs one pass. With
+// other varied weights as [Pick] without the duplicate scan, and above 128 live nodes one
 // integer compare per node that cannot win even with the set's largest weight (the
 // conversion and product of the weighted scan only for the others).
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
@@ -74,6 +87,9 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 		return Node{}, false
 	}
 	kp := premix(keyHash)
+	if r.cls != nil {
+		return live[r.pickClasses(kp)], true
+	}
 	if !r.uniform {
 		return live[pickGeneral(kp, live, nil, r.pre, r.wmax)], true
 	}
