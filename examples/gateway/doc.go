@@ -180,8 +180,13 @@
 // backend closed (restart, keep-alive expiry) is dropped before a non-replayable POST is
 // written to it. Decisions where net/http would differ: no HTTP/2 and no proxy from the
 // environment on this path (https:// backends, Upgrade and Expect: 100-continue requests
-// go through a net/http.Transport); 1xx responses other than 101 are skipped. A response
-// body closed before its end closes the connection (a stream is not drained). Measured in
+// go through a net/http.Transport). Kept the same as net/http: response headers are
+// capped at 10 MiB (its MaxResponseHeaderBytes default; more is a 502); 1xx responses
+// (103 Early Hints) are forwarded to the client through ReverseProxy's Got1xxResponse
+// hook, at most 100 per request (net/http sets no count; more is a 502); a response the
+// backend sent before reading the whole request body (401, 413) is forwarded even though
+// writing the body failed (waiting at most 50 ms for it), and that connection is closed. A
+// response body closed before its end closes the connection (a stream is not drained). Measured in
 // the README ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
 // net/http.Transport.
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -38,7 +39,11 @@ type idleTransport interface {
 // the wire format and header handling are net/http's own. It keeps the semantics the
 // gateway relies on: the request context cancels dials, writes and reads (the
 // connection is closed), httptrace's GotConn (Reused) and WroteRequest are reported,
-// 1xx informational responses are skipped, and a connection returns to the idle pool
+// 1xx informational responses go to httptrace's Got1xxResponse when set (that is how
+// httputil.ReverseProxy forwards 103 Early Hints) and are skipped otherwise (at most
+// max1xxResponses either way), response headers are capped at maxResponseHeaderBytes, a
+// response that arrives although writing the request failed (an early 401 to a large
+// body) is returned, as net/http.Transport returns it, and a connection returns to the idle pool
 // only once its response body was read to the end. An idle connection is checked
 // before reuse with a non-blocking peek (one system call), so a connection the backend
 // closed while idle is dropped rather than written to — the check net/http.Transport's
@@ -65,6 +70,8 @@ type connPool struct {
 // hopConn is one connection to a backend with its buffers.
 type hopConn struct {
 	net.Conn
+	in        readBudget // br's source: the connection with a header-phase budget
+	out       connWriter // bw's destination: the connection, remembering a write error
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	addr      string
@@ -102,12 +109,15 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, ctxErr(ctx, err)
 		}
-		c = &hopConn{Conn: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), addr: addr}
+		c = &hopConn{Conn: nc, in: readBudget{Conn: nc, left: math.MaxInt64}, out: connWriter{Conn: nc}, addr: addr}
+		c.br = bufio.NewReaderSize(&c.in, 16<<10)
+		c.bw = bufio.NewWriterSize(&c.out, 16<<10)
 	}
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: c.Conn, Reused: reused})
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.Conn.Close() })
+	c.out.err = nil
 	err := req.Write(c.bw) // closes req.Body
 	if err == nil {
 		err = c.bw.Flush()
@@ -115,32 +125,42 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if trace != nil && trace.WroteRequest != nil {
 		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})
 	}
+	if c.out.err != nil { // err is the connection's, not the request body's
+		// The backend may have answered before reading the whole body (401, 413) and
+		// closed: its response is in the receive buffer. Forward it, never reuse c.
+		// (Not for a request-body read error: the backend is still waiting then.)
+		resp, rerr := t.readEarly(ctx, c, req, trace)
+		if rerr != nil {
+			stop()
+			_ = c.Conn.Close()
+			return nil, ctxErr(ctx, err)
+		}
+		return t.wrap(c, stop, false, resp), nil
+	}
 	if err != nil {
 		stop()
 		_ = c.Conn.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	var resp *http.Response
-	for {
-		resp, err = http.ReadResponse(c.br, req)
-		if err != nil {
-			stop()
-			_ = c.Conn.Close()
-			return nil, ctxErr(ctx, err)
-		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
-		// 1xx informational (100 Continue, 103 Early Hints): skipped, as net/http.Transport
-		// does when no trace hook asks for them.
+	resp, err := readResponse(c, req, trace)
+	if err != nil {
+		stop()
+		_ = c.Conn.Close()
+		return nil, ctxErr(ctx, err)
 	}
-	keep := !resp.Close && !req.Close
+	return t.wrap(c, stop, !req.Close, resp), nil
+}
+
+// wrap gives resp a body that releases c when read to the end (back to the pool when
+// reusable and resp allows it, closed otherwise).
+func (t *directTransport) wrap(c *hopConn, stop func() bool, reusable bool, resp *http.Response) *http.Response {
+	keep := reusable && !resp.Close
 	if resp.Body == http.NoBody {
 		t.release(c, stop, keep)
-		return resp, nil
+		return resp
 	}
 	resp.Body = &hopBody{rc: resp.Body, t: t, c: c, stop: stop, keep: keep}
-	return resp, nil
+	return resp
 }
 
 // ctxErr returns the cause of ctx when it is done (the connection was closed because
