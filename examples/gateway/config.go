@@ -34,13 +34,13 @@ var (
 	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
 	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value
-	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a finite number > 0
-	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a finite number > 0
-	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a finite number > 0
+	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a number of seconds in 0.001..1e6
+	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a number of seconds in 0.001..1e6
+	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a number of seconds in 0.001..1e6
 	ErrOutlierConfig    = errors.New("gateway: bad outlier_detection config")                 // a bad outlier_detection.* field
-	ErrTimeoutConfig    = errors.New("gateway: bad timeouts config")                          // a timeouts.* value not a finite number > 0
+	ErrTimeoutConfig    = errors.New("gateway: bad timeouts config")                          // a timeouts.* value not a number of seconds in 0.001..1e6
 	ErrLimitsConfig     = errors.New("gateway: bad limits config")                            // a limits.* value out of range
-	// ErrLoadReportInterval: load_report_seconds is negative, NaN or Inf.
+	// ErrLoadReportInterval: load_report_seconds is not 0 or a number of seconds in 0.001..1e6.
 	ErrLoadReportInterval = errors.New("gateway: bad load_report_seconds")
 	ErrMetricsExporter    = errors.New("gateway: bad metrics.exporter") // not "prometheus" or "otel"
 	ErrBackendClient      = errors.New("gateway: bad backend_client")   // not "direct" or "nethttp"

@@ -46,6 +46,39 @@ func invalidFrom(kind error, field string, cause error, prefixes ...error) error
 	return &configError{kind: kind, msg: field + ": " + msg, cause: cause}
 }
 
+// Range of every *_seconds key of the gateway's configuration (timeouts, health,
+// outlier_detection, limits.retry_after_seconds, sweep, drain, load report).
+const (
+	// MaxConfigSeconds is the largest value a *_seconds key accepts: 1e6 s (about 11.6
+	// days). Larger values were accepted before and overflowed time.Duration (1e10 s
+	// became a negative timeout that failed every request); no gateway timer needs more.
+	MaxConfigSeconds = 1e6
+	// MinConfigSeconds is the smallest non-zero value a *_seconds key accepts: 1 ms.
+	// Smaller ones rounded to a zero or sub-microsecond time.Duration that cut every
+	// request or stream, or spun a ticker.
+	MinConfigSeconds = 1e-3
+)
+
+// secondsProblem says why v is not a usable value of a *_seconds key ("" when it is):
+// not a finite number, negative, above MaxConfigSeconds, or below MinConfigSeconds
+// (0 is allowed when zeroOK: the key's "off").
+func secondsProblem(v float64, zeroOK bool) string {
+	low := fmt.Sprintf("%g", MinConfigSeconds)
+	if zeroOK {
+		low = "0 or " + low
+	}
+	want := fmt.Sprintf("must be a number of seconds, %s..%g", low, MaxConfigSeconds)
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxConfigSeconds:
+		return want
+	case v == 0 && zeroOK:
+		return ""
+	case v < MinConfigSeconds:
+		return want
+	}
+	return ""
+}
+
 // Validate checks the configuration as given (call [Config.WithDefaults] first for
 // omitted fields). It returns the first problem found, wrapping [ErrInvalidConfig]
 // and a specific sentinel, with the field path and value in the message.
@@ -102,29 +135,29 @@ func (c Config) Validate() error {
 	if c.Health.Path == "" || c.Health.Path[0] != '/' {
 		return invalid(ErrHealthConfig, "health.path: %q: must start with /", c.Health.Path)
 	}
-	for name, v := range map[string]float64{
-		"health.interval_seconds": c.Health.IntervalSeconds,
-		"health.timeout_seconds":  c.Health.TimeoutSeconds,
-	} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return invalid(ErrHealthConfig, "%s: %v: must be a finite number >= 0", name, v)
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"health.interval_seconds", c.Health.IntervalSeconds}, {"health.timeout_seconds", c.Health.TimeoutSeconds}} {
+		if p := secondsProblem(f.v, true); p != "" {
+			return invalid(ErrHealthConfig, "%s: %v: %s", f.name, f.v, p)
 		}
 	}
 	if c.Health.FailureThreshold < 0 || c.Health.SuccessThreshold < 0 {
 		return invalid(ErrHealthConfig, "health thresholds: failure %d, success %d: must be >= 0",
 			c.Health.FailureThreshold, c.Health.SuccessThreshold)
 	}
-	if v := c.Health.PassiveRecheckSeconds; !(v > 0) || math.IsInf(v, 0) {
-		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: must be > 0", v)
+	if v := c.Health.PassiveRecheckSeconds; secondsProblem(v, false) != "" {
+		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: %s", v, secondsProblem(v, false))
 	}
-	if v := c.SweepSeconds; !(v > 0) || math.IsInf(v, 0) {
-		return invalid(ErrSweepInterval, "sweep_seconds: %v: must be > 0", v)
+	if v := c.SweepSeconds; secondsProblem(v, false) != "" {
+		return invalid(ErrSweepInterval, "sweep_seconds: %v: %s", v, secondsProblem(v, false))
 	}
-	if v := c.DrainSeconds; !(v > 0) || math.IsInf(v, 0) {
-		return invalid(ErrDrainTimeout, "drain_seconds: %v: must be > 0", v)
+	if v := c.DrainSeconds; secondsProblem(v, false) != "" {
+		return invalid(ErrDrainTimeout, "drain_seconds: %v: %s", v, secondsProblem(v, false))
 	}
-	if v := c.LoadReportSeconds; !(v >= 0) || math.IsInf(v, 0) {
-		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: must be >= 0", v)
+	if v := c.LoadReportSeconds; secondsProblem(v, true) != "" {
+		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: %s", v, secondsProblem(v, true))
 	}
 	for i, h := range c.ParentSessionHeaders {
 		if !validHeaderName(h) {

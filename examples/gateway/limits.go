@@ -78,6 +78,9 @@ func (l LimitsConfig) validate(maxBody int64) error {
 		return invalid(ErrLimitsConfig, "limits: max_inflight_bytes %d, max_inflight_requests %d, retry_after_seconds %d, max_header_bytes %d, max_connections %d: must be > 0",
 			l.MaxInflightBytes, l.MaxInflightRequests, l.RetryAfterSeconds, l.MaxHeaderBytes, l.MaxConnections)
 	}
+	if l.RetryAfterSeconds > MaxConfigSeconds {
+		return invalid(ErrLimitsConfig, "limits.retry_after_seconds: %d: must be <= %g", l.RetryAfterSeconds, MaxConfigSeconds)
+	}
 	return nil
 }
 

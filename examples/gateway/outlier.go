@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -80,12 +79,12 @@ func (o OutlierConfig) validate() error {
 		return invalid(ErrOutlierConfig, "outlier_detection: consecutive_connect_failures %d, consecutive_5xx %d: must be >= 1",
 			o.ConsecutiveConnectFailures, o.Consecutive5xx)
 	}
-	for name, v := range map[string]float64{
-		"window_seconds": o.WindowSeconds, "base_ejection_seconds": o.BaseEjectionSeconds,
-		"max_ejection_seconds": o.MaxEjectionSeconds,
-	} {
-		if !(v > 0) || math.IsInf(v, 0) {
-			return invalid(ErrOutlierConfig, "outlier_detection.%s: %v: must be a finite number > 0", name, v)
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"window_seconds", o.WindowSeconds}, {"base_ejection_seconds", o.BaseEjectionSeconds}, {"max_ejection_seconds", o.MaxEjectionSeconds}} {
+		if p := secondsProblem(f.v, false); p != "" {
+			return invalid(ErrOutlierConfig, "outlier_detection.%s: %v: %s", f.name, f.v, p)
 		}
 	}
 	if o.MaxEjectionSeconds < o.BaseEjectionSeconds {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -74,8 +73,8 @@ func (t TimeoutsConfig) validate() error {
 		{"read_header_seconds", t.ReadHeaderSeconds}, {"read_body_seconds", t.ReadBodySeconds},
 		{"client_idle_seconds", t.ClientIdleSeconds},
 	} {
-		if !(f.v > 0) || math.IsInf(f.v, 0) {
-			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: must be a finite number > 0", f.name, f.v)
+		if p := secondsProblem(f.v, false); p != "" {
+			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: %s", f.name, f.v, p)
 		}
 	}
 	return nil
