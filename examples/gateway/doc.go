@@ -185,7 +185,9 @@
 // (103 Early Hints) are forwarded to the client through ReverseProxy's Got1xxResponse
 // hook, at most 100 per request (net/http sets no count; more is a 502); a response the
 // backend sent before reading the whole request body (401, 413) is forwarded even though
-// writing the body failed (waiting at most 50 ms for it), and that connection is closed. A
+// writing the body failed (waiting at most 50 ms for it; net/http.Transport forwards it
+// only when its read goroutine wins the race with the failed write, about half the time
+// against a backend that resets at once), and that connection is closed. A
 // response body closed before its end closes the connection (a stream is not drained). Measured in
 // the README ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
 // net/http.Transport.

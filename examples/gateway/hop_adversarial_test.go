@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
@@ -174,5 +175,76 @@ func TestDirectTransportEarlyResponse(t *testing.T) {
 				assert.Empty(t, p.idle, "a connection whose request write failed is never reused")
 			}
 		})
+	}
+}
+
+// TestBackendClientsAgreeOnAdversarialBackends runs both backend clients through a
+// gateway against backends that send oversized headers, Early Hints, or answer before
+// reading the request body: the client sees the same status from both.
+func TestBackendClientsAgreeOnAdversarialBackends(t *testing.T) {
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 8<<20) + `"}]}`
+	for _, tc := range []struct {
+		name       string
+		answer     func(w *bufio.Writer)
+		body       string
+		wantStatus int
+		want103    int
+		// nethttp's read and write goroutines race when the backend resets the connection
+		// at once: net/http.Transport returns the 401 or the write error (502), about half
+		// each in this test; direct reads the response after the failed write every time.
+		nethttpAlso502 bool
+	}{
+		{name: "11 MiB of headers", answer: func(w *bufio.Writer) {
+			_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\n")
+			for i := 0; i < 11<<10; i++ {
+				if _, err := io.WriteString(w, "X-Pad: "+strings.Repeat("a", 1016)+"\r\n"); err != nil {
+					return
+				}
+			}
+			_, _ = io.WriteString(w, "Content-Length: 2\r\n\r\n{}")
+		}, body: `{"model":"m","messages":[]}`, wantStatus: http.StatusBadGateway},
+		{name: "103 Early Hints", answer: func(w *bufio.Writer) {
+			for range 3 {
+				_, _ = io.WriteString(w, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+			}
+			_, _ = io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		}, body: `{"model":"m","messages":[]}`, wantStatus: http.StatusOK, want103: 3},
+		{name: "401 before an 8 MiB body", answer: func(w *bufio.Writer) {
+			_, _ = io.WriteString(w, "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+		}, body: big, wantStatus: http.StatusUnauthorized, nethttpAlso502: true},
+	} {
+		for _, client := range []string{BackendClientDirect, BackendClientNetHTTP} {
+			t.Run(tc.name+"/"+client, func(t *testing.T) {
+				url := rawBackend(t, tc.answer)
+				g, err := New(Config{BackendClient: client, MaxBodyBytes: 16 << 20, Backends: []BackendConfig{{ID: "a", URL: url}}})
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				srv := httptest.NewServer(g)
+				t.Cleanup(srv.Close)
+				var n103 int
+				ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+					Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+						if code == http.StatusEarlyHints {
+							n103++
+						}
+						return nil
+					},
+				})
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(tc.body))
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				cl := srv.Client()
+				t.Cleanup(cl.CloseIdleConnections)
+				resp, err := cl.Do(req)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				require.NoError(t, resp.Body.Close())
+				if tc.nethttpAlso502 && client == BackendClientNetHTTP && resp.StatusCode == http.StatusBadGateway {
+					return
+				}
+				assert.Equal(t, tc.wantStatus, resp.StatusCode)
+				assert.Equal(t, tc.want103, n103)
+			})
+		}
 	}
 }
