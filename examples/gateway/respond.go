@@ -19,9 +19,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if len(st.body) > 0 && pr.Out.ContentLength == int64(len(st.body)) {
 		// ReverseProxy wraps the body in a reader net/http does not recognize as
 		// in-memory, which makes the Transport flush the headers before the body: two
-		// writes per request. Hand it the buffered body itself: one write.
-		st.bodyReader.Reset(st.body)
-		pr.Out.Body = io.NopCloser(&st.bodyReader)
+		// writes per request. Hand it the buffered body itself: one write. The reader is
+		// the outgoing request's own, not the route's: net/http.Transport may still read it
+		// from its write goroutine after RoundTrip returned (an early response), and
+		// nothing reachable from the route (kept alive by an idle connection's context)
+		// holds the body once releaseBody has run.
+		pr.Out.Body = io.NopCloser(bytes.NewReader(st.body))
 	}
 }
 

@@ -139,7 +139,6 @@ func (st *route) releaseBody() {
 	st.mu.Lock()
 	st.body = nil
 	st.mu.Unlock()
-	st.bodyReader.Reset(nil)
 }
 
 // route is the per-request routing state shared by Rewrite, the retry transport,
@@ -153,8 +152,6 @@ type route struct {
 	in      *http.Request
 	allow   func(id string) bool // nil: every backend of the tier is a candidate (see Decide)
 	body    []byte               // the request body, read in full
-	// bodyReader reads body for the first attempt (see Gateway.rewrite).
-	bodyReader bytes.Reader
 
 	mu      sync.Mutex
 	backend *backend
