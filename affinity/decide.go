@@ -85,7 +85,7 @@ type grant struct {
 
 // stays is the first half of the spill guard on a hit whose backend (slot) is a healthy
 // candidate, at clock reading now. It returns the lease grant (the charge of a hit on a
-// warm backend is only the prompt beyond the prefix expected cached, rule 13; with the
+// warm backend is only the prompt beyond the prefix expected cached, rule 14; with the
 // drain model that prefix is what the backend's learned retention keeps after the
 // binding's idle time), grp, the guard's reprefill estimate, and stay = true when the
 // binding stays without looking at other candidates: spill is disabled, or the backend's

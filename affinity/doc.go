@@ -72,20 +72,20 @@
 // cost) grows until [Lease.Done], as with grpc-go's balancer.PickResult.Done. The rules
 // add to the contract above:
 //
-//  12. SelectBackend is unchanged and does no load accounting. With Config.Load absent
+//  13. SelectBackend is unchanged and does no load accounting. With Config.Load absent
 //     (balance_factor 0) Acquire decides exactly as SelectBackend: the same backend, hit
 //     flag, counters and bindings.
-//  13. Load is outstanding prefill work in prompt tokens: the sum of the charges of the
+//  14. Load is outstanding prefill work in prompt tokens: the sum of the charges of the
 //     backend's open leases, plus queued_request_cost (default 1024) for each request the
 //     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond its open
 //     leases here. A lease is charged its cost (0 counts as 1, so callers without an
 //     estimate get request counting; above MaxLeaseCost, 2^24 tokens, as MaxLeaseCost),
 //     except a hit with load awareness on, which is charged cost - reprefill (at least
-//     1; reprefill as in rule 16): a warm backend prefills only the part of the prompt
+//     1; reprefill as in rule 17): a warm backend prefills only the part of the prompt
 //     beyond the cached prefix. Per backend it is
 //     kept in atomics; nothing is kept per session beyond the binding (which holds the
 //     last reported prompt size and a lost-cache flag).
-//     13a. Drain model (opt-in: load.drain_tokens_per_second > 0). Each backend's charged
+//     14a. Drain model (opt-in: load.drain_tokens_per_second > 0). Each backend's charged
 //     work drains with time: a lease adds perRequest + charge x perToken of engine time
 //     to the backend's horizon, which starts from max(horizon, now) (a work-conserving
 //     FIFO server's virtual finish time); the load is then the horizon's distance from
@@ -93,54 +93,54 @@
 //     per-request time. So a request whose prefill the backend has had the time to do
 //     stops counting while its answer still streams. Every Lease.Done re-anchors the
 //     horizon to now + the work of the leases still open (0 when none is).
-//     13b. Service model: perRequest (time.Duration; decoding and overhead of an average
+//     14b. Service model: perRequest (time.Duration; decoding and overhead of an average
 //     request) and perToken (engine time per uncached prompt token) are a least-squares
 //     fit of each request's service time — its Done time minus the later of its Acquire
 //     time and the backend's previous Done — on its uncached prompt tokens (reported
 //     prompt - cached, else its charge), over samples weighted by drain_ewma_weight
 //     (default 0.05) per request. Before a backend's first Done, perToken is
 //     1 / drain_tokens_per_second and perRequest 0. [Scheduler.Drain] reports both.
-//     13c. Cache retention: with the drain model a hit is charged cost - reprefill only if
+//     14c. Cache retention: with the drain model a hit is charged cost - reprefill only if
 //     its binding was idle (time since its previous turn) for less than its backend's
 //     learned retention, and its whole cost otherwise. The retention is a threshold
 //     learned from the cached tokens hits report: an eviction (cached < half of
 //     reprefill) after an idle time below it lowers it, a survival after an idle time
 //     above it raises it, by drain_ewma_weight of the distance; the first eviction sets
 //     it. With retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x
-//     the retention counts as evicted in rule 16 (reprefill 0), as a lost cache does.
+//     the retention counts as evicted in rule 17 (reprefill 0), as a lost cache does.
 //     Everything the drain model keeps is per backend (a few atomics and a mutex taken
 //     by Done); it is deterministic for a given sequence of calls and clock readings.
-//  14. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
+//  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
 //     total load L, a backend is under the bound when load + cost <= balance_factor x
 //     (L + cost) / n, or when it is idle (load 0) — the consistent hashing with bounded
 //     loads of Mirrokni, Thorup and Zadimoghaddam (SODA 2018), as in Envoy's and
 //     HAProxy's hash_balance_factor.
-//  15. Placement (a miss or rebind): the first backend of the session's HRW ranking over
+//  16. Placement (a miss or rebind): the first backend of the session's HRW ranking over
 //     the eligible candidates that is under the bound (rule 8's order: score, then ID);
 //     when none is, the least loaded (ties in ranking order). With no load anywhere this
 //     is the HRW winner, as for SelectBackend.
-//  16. Spill: a hit whose backend is over the bound moves to the first backend ranked
+//  17. Spill: a hit whose backend is over the bound moves to the first backend ranked
 //     after it in the session's ranking that is under the bound, only when
 //     wait(bound) - wait(target) > spill_cost_weight x reprefill, where wait is the load
-//     of rule 13 (prompt tokens of queued prefill, before this request) and reprefill
+//     of rule 14 (prompt tokens of queued prefill, before this request) and reprefill
 //     the prefix the move throws away: 0 when the binding's last hit reported
 //     cached / prompt tokens <= cold_cache_ratio (the backend evicted it), else
 //     min(last reported prompt tokens, cost), else cost. The move is a rebind:
 //     AffinityHit false, Outcome spill, counted once as broken{reason="overloaded"} and
 //     as a miss, logged at Debug; the new binding sticks like any other.
-//  17. Hysteresis: a spill only moves down the session's own ranking, never back up, so
+//  18. Hysteresis: a spill only moves down the session's own ranking, never back up, so
 //     a session cannot ping-pong between two backends whose load oscillates; it moves at
 //     most n-1 times while its binding lives, and replicas (which rank alike) choose the
 //     same target; for a session on its HRW winner that is also its failover target.
-//  18. Determinism: for a given load view (the loads read at decision time) placement and
+//  19. Determinism: for a given load view (the loads read at decision time) placement and
 //     spill are pure functions of session, candidates, health and loads. Replicas that
 //     see similar load agree; concurrent Acquires read the loads before either adds its
 //     own, so a burst can overshoot the bound by the burst's size.
-//  19. Lease.Done is idempotent over all copies of a Lease, safe from any goroutine, also
+//  20. Lease.Done is idempotent over all copies of a Lease, safe from any goroutine, also
 //     after OnBackendDown, and allocation-free. Usage it reports (prompt and cached
 //     prompt tokens) on an affinity hit feeds the tier's achieved reuse
 //     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).
-//  20. Parent placement: [Scheduler.SelectBackendWithParent] takes a parent
+//  21. Parent placement: [Scheduler.SelectBackendWithParent] takes a parent
 //     session ID as a hint. It changes only rule 3, and only for a turn without a valid
 //     binding of its own: if the parent has a valid binding in the same tier whose
 //     backend is a candidate and eligible (as in rule 3), that backend is bound instead of
@@ -161,7 +161,7 @@
 //
 // # Shared store (WithStore)
 //
-//  20. Shared store (optional, [WithStore]): the table becomes the near-cache of a
+//  22. Shared store (optional, [WithStore]): the table becomes the near-cache of a
 //     [Store] shared by gateway replicas (package affinity/redisstore). A local hit makes
 //     no store call except a queued refresh at most once per TTL/8 per session; a local
 //     miss makes one (Claim: bind the HRW winner, or adopt the fleet's binding as a hit)
@@ -172,7 +172,7 @@
 //     call: it is decided locally, counted ([Scheduler.StoreErrors],
 //     metrics.StoreRecorder), and the store is skipped for the retry interval. Without a
 //     store nothing of this runs.
-//     Acquire consults the store as SelectBackend does, and a spill (rule 16) is a
+//     Acquire consults the store as SelectBackend does, and a spill (rule 17) is a
 //     compare-and-set in the store: if another replica moved the session first, its
 //     choice is adopted.
 //

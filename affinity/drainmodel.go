@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// The drain model (load.drain_tokens_per_second > 0) refines the load view of rule 13 with
+// The drain model (load.drain_tokens_per_second > 0) refines the load view of rule 14 with
 // what a gateway learns from Lease.Done (package documentation, "Load awareness", rules
-// 13a-13c):
+// 14a-14c):
 //
 //   - Drain. Per backend it keeps fin, the clock reading (ns of the Scheduler's clock) at
 //     which everything charged so far will have been processed: a lease of c tokens at
@@ -145,7 +145,7 @@ func (b *backendLoad) anchor(p *loadParams, now int64) {
 }
 
 // retainedPrefix returns, for a hit on the backend idle for idle ns whose binding expects
-// rp cached tokens (rule 16's reprefill), the guard's reprefill and the prefix it expects
+// rp cached tokens (rule 17's reprefill), the guard's reprefill and the prefix it expects
 // the backend to still hold: rp for both while idle is below the learned retention (or
 // none is learned yet); past it the hit expects nothing cached, and the guard's reprefill
 // drops to 0 once idle reaches retention_guard_factor x the retention.
@@ -235,7 +235,7 @@ func (s *Scheduler) Drain(backendID string) DrainModel {
 
 // LoadView returns backendID's load as the placement rules see it at the Scheduler's
 // current clock reading, in prompt tokens (package documentation, "Load awareness", rules
-// 13 and 13a): the open leases' charges (with the drain model on, at most the work not
+// 14 and 14a): the open leases' charges (with the drain model on, at most the work not
 // yet drained) plus queued_request_cost per reported request beyond them. 0 with load
 // awareness off or for a backend never seen. One clock read, lock-free, 0 allocs. Safe
 // for concurrent use.

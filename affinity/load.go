@@ -55,7 +55,7 @@ type LoadConfig struct {
 	// (0.05); must lie in [0, 1].
 	ColdCacheRatio float64 `yaml:"cold_cache_ratio,omitempty" json:"cold_cache_ratio,omitempty"`
 	// DrainTokensPerSecond turns on the drain model of the load view (package
-	// documentation, "Load awareness", rules 13a-13c): each backend's charged work drains
+	// documentation, "Load awareness", rules 14a-14c): each backend's charged work drains
 	// with time at a service rate learned from [Lease.Done], so a lease whose prefill the
 	// backend has had the time to process stops counting as queued work, and a hit is
 	// charged its whole cost once its binding has been idle longer than the backend's
