@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -162,11 +163,16 @@ func (c Config) resolve() (resolved, error) {
 // UnmarshalJSON decodes c like encoding/json would (keys as documented on Config; a
 // missing key leaves the field as it was), except that a value of the wrong type or out of
 // the field's range (for example sticky_ttl_seconds: 1e30) is reported as ErrInvalidConfig
-// naming the field. It does not run Validate; New does.
+// naming the field, and that an unknown key at any depth (a typo such as
+// load.balance_fctor) is ErrInvalidConfig naming the key, whether or not the caller's
+// decoder disallows unknown fields: a misspelt key must not silently leave a feature off.
+// It does not run Validate; New does.
 func (c *Config) UnmarshalJSON(data []byte) error {
 	type config Config // no methods: plain decoding
 	p := config(*c)
-	if err := json.Unmarshal(data, &p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			field := te.Field

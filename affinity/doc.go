@@ -240,6 +240,23 @@
 //     counts its local drops as down, so a session dropped there and then moved in the
 //     store counts once as down and once as unhealthy. The store sees hashes only
 //     ([StoreKey]), never session IDs or tiers.
+//   - Config typos must not silently disable features: an unknown key anywhere in a
+//     JSON config (Config.UnmarshalJSON) is ErrInvalidConfig naming the key, even when the
+//     caller's decoder does not call DisallowUnknownFields, as a strict YAML decoder
+//     (yaml.v3 KnownFields) rejects it. For the same reason a load key other than
+//     balance_factor set while balance_factor is 0 (load awareness off) is ErrInvalidConfig
+//     naming both keys: none of them acts on its own (the drain model, cold_cache_ratio
+//     and queued_request_cost only feed Acquire's load-aware placement and spill, and
+//     [Scheduler.Drain] and [Scheduler.LoadView] only report on it), and
+//     drain_ewma_weight and retention_guard_factor likewise need drain_tokens_per_second.
+//   - Every numeric load key has a documented range ([LoadConfig], MaxBalanceFactor and
+//     its peers); a value outside it is rejected, not clamped. cold_cache_ratio is used at
+//     full float64 precision (no rounding to a resolution).
+//   - Load arithmetic saturates rather than overflows: ReportLoad accepts any
+//     non-negative counts, their sum saturates at math.MaxInt64 and a backend's load view
+//     at MaxLoadView (2^46 prompt tokens), so a backend reporting a huge queue looks as
+//     busy as possible, never idle; Acquire charges at most MaxLeaseCost per lease; the
+//     drain horizon and the usage a Done reports (any prompt or cached size) cannot wrap.
 //
 // # Time
 //

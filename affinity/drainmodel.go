@@ -74,7 +74,9 @@ func (b *backendLoad) charge(p *loadParams, now, c int64) {
 	d := int64(math.Min(rq+float64(c)*tk, math.MaxInt64/4))
 	for {
 		f := b.dr.fin.Load()
-		if b.dr.fin.CompareAndSwap(f, max(f, now)+d) {
+		nf := max(f, now)
+		nf += min(d, math.MaxInt64-nf) // saturate: a horizon past the int64 range stays at its end
+		if b.dr.fin.CompareAndSwap(f, nf) {
 			return
 		}
 	}
@@ -82,14 +84,23 @@ func (b *backendLoad) charge(p *loadParams, now, c int64) {
 
 // remaining returns the work not yet drained at now in prompt tokens (time / ns per
 // token), at most the open leases' charges: l tokens over n requests, plus their
-// per-request time.
+// per-request time; at most MaxLoadView.
 func (b *backendLoad) remaining(p *loadParams, now, n, l int64) int64 {
 	f := b.dr.fin.Load()
 	if f <= now {
 		return 0
 	}
 	rq, tk := b.model(p)
-	return min(int64(math.Ceil(float64(f-now)/tk)), l+int64(float64(n)*rq/tk))
+	return satLoad(min(math.Ceil(float64(f-now)/tk), float64(l)+float64(n)*rq/tk))
+}
+
+// satLoad converts a load in prompt tokens to int64, saturating at MaxLoadView (a float64
+// beyond the int64 range must not be converted: the result is implementation-defined).
+func satLoad(x float64) int64 {
+	if !(x < MaxLoadView) { // NaN too
+		return MaxLoadView
+	}
+	return max(int64(x), 0)
 }
 
 // learn records a request of the backend that was leased at start, ended at now and
@@ -163,7 +174,7 @@ func (b *backendLoad) retainedPrefix(p *loadParams, idle, rp int64) (guard, kept
 // learnRetention updates the backend's cache retention from a hit that was idle for idle
 // ns, expected rp cached tokens and found cached.
 func (b *backendLoad) learnRetention(p *loadParams, idle, rp, cached int64) {
-	survived := 2*cached >= rp
+	survived := cached >= (rp+1)/2 // 2 x cached >= rp without overflowing for huge cached
 	for {
 		k := b.dr.keep.Load()
 		var nk int64

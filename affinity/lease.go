@@ -177,9 +177,9 @@ func (s *Scheduler) noteUsage(session, tier string, bl *backendLoad, hit bool, p
 	if i := sh.idx.find(sh, uint32(kh), tier, session); i != 0 {
 		e := sh.at(i)
 		if sh.slots[e.slot].id == bl.id {
-			e.lprompt = uint16(min((prompt+promptUnit-1)/promptUnit, 1<<16-1))
+			e.lprompt = uint16((min(prompt, (1<<16-1)*promptUnit) + promptUnit - 1) / promptUnit) // no overflow for any prompt
 			e.lflags |= flagKnown
-			if hit && cached*1000 <= prompt*s.ld.p.coldPerMill {
+			if hit && float64(cached) <= s.ld.p.coldRatio*float64(prompt) { // full precision, no overflow
 				e.lflags |= flagCold
 			} else {
 				e.lflags &^= flagCold

@@ -62,6 +62,9 @@ func run(args []string) error {
 	fs.IntVar(&p.SkewConcurrency, "skew-concurrency", p.SkewConcurrency, "skewed scenario: sessions driven concurrently")
 	factor := fs.Float64("skew-balance-factor", p.SkewLoad.BalanceFactor, "skewed scenario, load-aware: load.balance_factor")
 	weight := fs.Float64("skew-spill-cost-weight", *p.SkewLoad.SpillCostWeight, "skewed scenario, load-aware: load.spill_cost_weight")
+	cold := fs.Float64("skew-cold-cache-ratio", p.SkewLoad.ColdCacheRatio, "skewed scenario, load-aware: load.cold_cache_ratio (0 = library default 0.05)")
+	drain := fs.Float64("skew-drain-tokens-per-second", p.SkewLoad.DrainTokensPerSecond, "skewed scenario, load-aware: load.drain_tokens_per_second (0 = lease-sum view)")
+	guard := fs.Float64("skew-retention-guard-factor", p.SkewLoad.RetentionGuardFactor, "skewed scenario, load-aware: load.retention_guard_factor (0 = off; needs a drain rate)")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -73,6 +76,7 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	p.SkewLoad.BalanceFactor, p.SkewLoad.SpillCostWeight = *factor, weight
+	p.SkewLoad.ColdCacheRatio, p.SkewLoad.DrainTokensPerSecond, p.SkewLoad.RetentionGuardFactor = *cold, *drain, *guard
 	p.Progress = progressTo(os.Stderr, *quiet)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

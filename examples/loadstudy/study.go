@@ -40,8 +40,10 @@ type Params struct {
 
 	// Skewed adds the skewed scenario: every fourth session's system prompt is 10x
 	// PromptBytes, SkewSessions sessions x Turns run SkewConcurrency at a time, under
-	// three policies: sticky (affinity, no load awareness), load-aware (the gateway's
-	// affinity.Config.Load = SkewLoad) and affinity off.
+	// these policies: sticky (affinity, no load awareness), load-aware (the gateway's
+	// affinity.Config.Load = SkewLoad, by default RecommendedLoad), load-aware with the
+	// lease-sum view (SkewLoad without its drain-model and cold-cache keys; only when
+	// SkewLoad sets one of them) and affinity off.
 	Skewed          bool
 	SkewSessions    int
 	SkewConcurrency int
@@ -68,7 +70,21 @@ func DefaultParams() Params {
 
 		SkewSessions:    24,
 		SkewConcurrency: 12,
-		SkewLoad:        affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(5)},
+		SkewLoad:        RecommendedLoad(),
+	}
+}
+
+// RecommendedLoad is the load block of examples/configs/gateway.yaml (the project's
+// recommended drain-model settings), the skewed scenario's default: balance_factor 1.25,
+// spill_cost_weight 5, cold_cache_ratio 0.001, drain_tokens_per_second 16000,
+// retention_guard_factor 2.5.
+func RecommendedLoad() affinity.LoadConfig {
+	return affinity.LoadConfig{
+		BalanceFactor:        1.25,
+		SpillCostWeight:      affinity.SpillWeight(5),
+		ColdCacheRatio:       0.001,
+		DrainTokensPerSecond: 16000,
+		RetentionGuardFactor: 2.5,
 	}
 }
 
@@ -138,12 +154,43 @@ func (p Params) Conditions() []Condition {
 		conds = append(conds,
 			Condition{Name: fmt.Sprintf("skewed: sticky (%d sessions x %d turns, c=%d)", n, p.Turns, c),
 				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true},
-			Condition{Name: fmt.Sprintf("skewed: load-aware (balance_factor %g, spill_cost_weight %g)", load.BalanceFactor, *load.SpillCostWeight),
-				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true, Load: &load},
+			Condition{Name: "skewed: load-aware (" + loadName(load) + ")",
+				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true, Load: &load})
+		if ls := leaseSum(load); ls != load {
+			conds = append(conds, Condition{Name: "skewed: load-aware, lease-sum view (" + loadName(ls) + ")",
+				Sessions: n, Turns: p.Turns, Concurrency: c, Skewed: true, Load: &ls})
+		}
+		conds = append(conds,
 			Condition{Name: fmt.Sprintf("skewed: affinity OFF (%d single-turn sessions, c=%d)", n*p.Turns, c),
 				Sessions: n * p.Turns, Turns: 1, Concurrency: c, Skewed: true})
 	}
 	return conds
+}
+
+// leaseSum returns l without the drain model and the cache-loss keys (cold_cache_ratio,
+// drain_tokens_per_second, drain_ewma_weight, retention_guard_factor): the lease-sum
+// load view the skewed scenario compares with the recommended settings.
+func leaseSum(l affinity.LoadConfig) affinity.LoadConfig {
+	return affinity.LoadConfig{BalanceFactor: l.BalanceFactor, SpillCostWeight: l.SpillCostWeight,
+		DisableSpill: l.DisableSpill, QueuedRequestCost: l.QueuedRequestCost}
+}
+
+// loadName lists the load keys a condition sets, e.g. "balance_factor 1.25,
+// spill_cost_weight 5, drain_tokens_per_second 16000".
+func loadName(l affinity.LoadConfig) string {
+	parts := []string{fmt.Sprintf("balance_factor %g", l.BalanceFactor)}
+	if l.SpillCostWeight != nil {
+		parts = append(parts, fmt.Sprintf("spill_cost_weight %g", *l.SpillCostWeight))
+	}
+	for _, kv := range []struct {
+		key string
+		v   float64
+	}{{"cold_cache_ratio", l.ColdCacheRatio}, {"drain_tokens_per_second", l.DrainTokensPerSecond}, {"retention_guard_factor", l.RetentionGuardFactor}} {
+		if kv.v != 0 {
+			parts = append(parts, fmt.Sprintf("%s %g", kv.key, kv.v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Result is the measured outcome of one condition.

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -76,21 +78,30 @@ func TestStudySkewed(t *testing.T) {
 	p := smallParams()
 	p.Skewed, p.SkewSessions, p.SkewConcurrency = true, 4, 4
 	conds := p.Conditions()
-	require.Len(t, conds, 5)
+	require.Len(t, conds, 6)
 	assert.Nil(t, conds[2].Load, "sticky: no load awareness")
 	require.NotNil(t, conds[3].Load, "load-aware")
-	assert.Equal(t, 1.25, conds[3].Load.BalanceFactor)
+	assert.Equal(t, RecommendedLoad(), *conds[3].Load, "the recommended settings of examples/configs/gateway.yaml")
+	assert.Contains(t, conds[3].Name, "drain_tokens_per_second 16000, retention_guard_factor 2.5")
+	require.NotNil(t, conds[4].Load, "load-aware, lease-sum view")
+	assert.Equal(t, affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(5)}, *conds[4].Load)
+	assert.Nil(t, conds[5].Load, "off")
+	p2 := p
+	p2.SkewLoad = leaseSum(p.SkewLoad)
+	assert.Len(t, p2.Conditions(), 5, "a lease-sum SkewLoad is not run twice")
 	assert.Equal(t, 10*p.PromptBytes, promptBytes(p, conds[2], 0), "every fourth session is 10x")
 	assert.Equal(t, p.PromptBytes, promptBytes(p, conds[2], 1))
 
 	results, err := Run(context.Background(), p)
 	require.NoError(t, err)
-	require.Len(t, results, 5)
-	sticky, aware, off := results[2], results[3], results[4]
+	require.Len(t, results, 6)
+	sticky, aware, leaseSum, off := results[2], results[3], results[4], results[5]
 	assert.Equal(t, 12, sticky.Requests)
 	assert.Equal(t, 2.0/3.0, sticky.HitRate(), "turn 1 misses, turns 2-3 hit")
 	assert.Equal(t, 12, aware.Requests)
 	assert.GreaterOrEqual(t, aware.HitRate(), 0.5, "load awareness keeps most bindings")
+	assert.Equal(t, 12, leaseSum.Requests)
+	assert.GreaterOrEqual(t, leaseSum.HitRate(), 0.5)
 	assert.Equal(t, 0.0, off.HitRate())
 
 	var buf bytes.Buffer

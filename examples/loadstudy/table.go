@@ -35,7 +35,8 @@ func WriteTable(w io.Writer, p Params, results []Result) error {
 	}
 	if p.Skewed {
 		_, err = fmt.Fprintf(w, "Skewed scenario: every fourth session has a %d-byte system prompt (10x), %d sessions x %d turns at concurrency %d; "+
-			"sticky = affinity without load awareness, load-aware = the gateway's affinity.load block, OFF = fresh single-turn sessions.\n",
+			"sticky = affinity without load awareness, load-aware = the gateway's affinity.load block (examples/configs/gateway.yaml), "+
+			"lease-sum view = the same without its drain-model and cold-cache keys, OFF = fresh single-turn sessions.\n",
 			10*p.PromptBytes, p.SkewSessions, p.Turns, p.SkewConcurrency)
 		if err != nil {
 			return err
