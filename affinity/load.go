@@ -60,10 +60,10 @@ func (b *backendLoad) view(p *loadParams, now int64) int64 {
 		l = b.remaining(p, now, n, l)
 	}
 	if rep := b.reported.Load(); rep > n {
-		if (rep - n) > (MaxLoadView-l)/p.queuedCost { // saturate: a huge report is busy, never idle
+		if rep-n > p.maxQueued { // saturate: a huge report is busy, never idle
 			return MaxLoadView
 		}
-		l += (rep - n) * p.queuedCost
+		l += (rep - n) * p.queuedCost // at most 2^46 + l: no overflow
 	}
 	return min(l, MaxLoadView)
 }

@@ -129,6 +129,7 @@ type loadParams struct {
 	weight      float64
 	spill       bool
 	queuedCost  int64
+	maxQueued   int64   // MaxLoadView / queuedCost: more reported requests saturate the view
 	coldRatio   float64 // cold_cache_ratio
 	drainRate   float64 // drain_tokens_per_second; 0 = drain model off
 	drainEWMA   float64 // drain_ewma_weight
@@ -165,6 +166,7 @@ func (c LoadConfig) resolve() (loadParams, error) {
 	default:
 		p.queuedCost = q
 	}
+	p.maxQueued = MaxLoadView / p.queuedCost
 	switch r := c.ColdCacheRatio; {
 	case !finite(r) || r < 0 || r > 1:
 		return p, fmt.Errorf("%w: load.cold_cache_ratio: %v (want [0, 1])", ErrInvalidConfig, r)
