@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -58,7 +59,7 @@ func TestLeasesReleased(t *testing.T) {
 	wg.Wait()
 	require.True(t, killed)
 	assert.Less(t, failed.Load(), int64(clients*perClient/20), "few requests fail, only around the kill")
-	t.Logf("502s: %d", failed.Load())
+	t.Logf("502s or cut by the kill: %d", failed.Load())
 	c.ts.Close() // waits for every handler, cancelled ones included
 
 	for id := range c.backends {
@@ -123,6 +124,12 @@ func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
 		return
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
+	if errors.Is(err, io.ErrUnexpectedEOF) && resp.StatusCode == http.StatusOK {
+		// A response the kill cut after its first bytes: the gateway cannot replay it
+		// and ends the client's body early, as it must (its lease is released all the same).
+		failed.Add(1)
+		return
+	}
 	require.NoError(t, err)
 	if resp.StatusCode == http.StatusBadGateway { // a request caught by the kill itself
 		failed.Add(1)
@@ -132,6 +139,6 @@ func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
 	require.Contains(t, []string{"hit", "miss", "rebind", "spill"}, resp.Header.Get(gateway.HeaderOutcome))
 }
 
-// failed counts the requests of TestLeasesReleased answered 502 (their leases must be
-// released all the same).
+// failed counts the requests of TestLeasesReleased answered 502 or cut mid-body by the
+// kill (their leases must be released all the same).
 var failed atomic.Int64
