@@ -23,11 +23,7 @@ func drainCfg(factor, weight, rate, guard float64) affinity.Config {
 }
 
 func TestDrainConfig(t *testing.T) {
-	cases := []struct {
-		name    string
-		json    string
-		wantErr string // substring naming the key; "" = valid
-	}{
+	cases := []configCase{
 		{"drain keys", `{"load": {"balance_factor": 1.25, "drain_tokens_per_second": 16000, "drain_ewma_weight": 0.1, "retention_guard_factor": 2.5}}`, ""},
 		{"drain rate negative", `{"load": {"balance_factor": 1.25, "drain_tokens_per_second": -1}}`, "load.drain_tokens_per_second: -1"},
 		{"ewma above 1", `{"load": {"balance_factor": 1.25, "drain_ewma_weight": 1.5}}`, "load.drain_ewma_weight: 1.5"},
@@ -36,21 +32,7 @@ func TestDrainConfig(t *testing.T) {
 		{"guard without drain", `{"load": {"balance_factor": 1.25, "retention_guard_factor": 2}}`, "needs load.drain_tokens_per_second"},
 		{"drain wrong type", `{"load": {"drain_tokens_per_second": "fast"}}`, "load.drain_tokens_per_second"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var cfg affinity.Config
-			err := json.Unmarshal([]byte(tc.json), &cfg)
-			if err == nil {
-				_, err = affinity.New(cfg)
-			}
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
-			assert.Contains(t, err.Error(), tc.wantErr)
-		})
-	}
+	runConfigCases(t, cases)
 	cfg, err := func() (affinity.Config, error) {
 		var c affinity.Config
 		err := c.UnmarshalYAML(func(v any) error {

@@ -11,11 +11,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
-	cases := []struct {
-		name    string
-		json    string
-		wantErr string // substring naming the key; "" = valid
-	}{
+	cases := []configCase{
 		{"absent is off", `{}`, ""},
 		{"factor only", `{"load": {"balance_factor": 1.25}}`, ""},
 		{"all keys", `{"load": {"balance_factor": 1.5, "spill_cost_weight": 0, "disable_spill": true, "queued_request_cost": 2048, "cold_cache_ratio": 0.1}}`, ""},
@@ -27,21 +23,7 @@ func TestLoadConfig(t *testing.T) {
 		{"cold ratio above 1", `{"load": {"balance_factor": 1.2, "cold_cache_ratio": 1.5}}`, "load.cold_cache_ratio: 1.5"},
 		{"factor wrong type", `{"load": {"balance_factor": "1.2"}}`, "load.balance_factor"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var cfg affinity.Config
-			err := json.Unmarshal([]byte(tc.json), &cfg)
-			if err == nil {
-				_, err = affinity.New(cfg)
-			}
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
-			assert.Contains(t, err.Error(), tc.wantErr)
-		})
-	}
+	runConfigCases(t, cases)
 }
 
 // TestLoadConfigYAML decodes through UnmarshalYAML with a JSON-backed unmarshal function
