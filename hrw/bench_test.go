@@ -151,18 +151,7 @@ func BenchmarkTopK3(b *testing.B) {
 }
 
 func BenchmarkRankerPick(b *testing.B) {
-	for _, n := range benchSizes {
-		r, err := hrw.New(benchNodes(b, n, false))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) {
-				node, _ := r.Pick(hrw.KeyHash(benchKeys[i&1023]))
-				sink += len(node.ID())
-			})
-		})
-	}
+	benchRankerPick(b, func(n int) []hrw.Node { return benchNodes(b, n, false) })
 }
 
 // BenchmarkFloor is the in-situ lower bound for Pick: KeyHash plus a max of Mix over a
@@ -242,8 +231,13 @@ func BenchmarkPickFewWeights(b *testing.B) {
 }
 
 func BenchmarkRankerPickFewWeights(b *testing.B) {
+	benchRankerPick(b, func(n int) []hrw.Node { return fewWeightNodes(b, n) })
+}
+
+// benchRankerPick measures Ranker.Pick over a Ranker of nodes(n) for each bench size.
+func benchRankerPick(b *testing.B, nodes func(n int) []hrw.Node) {
 	for _, n := range benchSizes {
-		r, err := hrw.New(fewWeightNodes(b, n))
+		r, err := hrw.New(nodes(n))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -73,12 +73,7 @@ func TestRealTraceFacts(t *testing.T) {
 // over the backends, the Scheduler reaches >= 95 % of the cache-aware reference's prefix
 // hit ratio and >= 3x the random policy's. Three replays take ~0.2 s (~3 s under -race).
 func TestRealTraceSchedulerVsReference(t *testing.T) {
-	tr := loadRealTrace(t)
-	reqs := tr.Requests
-	f := ComputeFacts(reqs)
-	global := GlobalPrefix(reqs)
-	s := ReconstructSessions(reqs, global)
-	ids := SessionIDs(s)
+	reqs, f, global, s, ids := prepareRealTrace(t)
 	const n = 8
 	cfg := ReplayConfig{Backends: n, CacheBlocks: int(0.2 * float64(f.DistinctBlocks) / n), Model: DefaultModel}
 	pc := PolicyConfig{Backends: n, Seed: 1, TTL: 30 * time.Minute, Global: global}
@@ -102,12 +97,7 @@ func TestRealTraceSchedulerVsReference(t *testing.T) {
 // of the cache-aware reference's prefix hit ratio AND a p99 latency <= least-loaded's, in
 // the same run; every lease is released at the end.
 func TestRealTraceLoadAwareGoal(t *testing.T) {
-	tr := loadRealTrace(t)
-	reqs := tr.Requests
-	f := ComputeFacts(reqs)
-	global := GlobalPrefix(reqs)
-	s := ReconstructSessions(reqs, global)
-	ids := SessionIDs(s)
+	reqs, f, global, s, ids := prepareRealTrace(t)
 	const n = 8
 	cfg := ReplayConfig{Backends: n, CacheBlocks: int(0.2 * float64(f.DistinctBlocks) / n), Model: DefaultModel}
 	pc := PolicyConfig{Backends: n, Seed: 1, TTL: 30 * time.Minute, Global: global}
@@ -143,12 +133,7 @@ func TestRealTraceLoadAwareGoal(t *testing.T) {
 // load-aware policy (RecommendedLoad: the drain model with cache retention) meets it in
 // the same run. (At N = 8 it does not: the README's table.)
 func TestRealTraceLoadAwareGoalSmallCache(t *testing.T) {
-	tr := loadRealTrace(t)
-	reqs := tr.Requests
-	f := ComputeFacts(reqs)
-	global := GlobalPrefix(reqs)
-	s := ReconstructSessions(reqs, global)
-	ids := SessionIDs(s)
+	reqs, f, global, s, ids := prepareRealTrace(t)
 	for _, n := range []int{4, 16} {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 			cfg := ReplayConfig{Backends: n, CacheBlocks: int(0.05 * float64(f.DistinctBlocks) / float64(n)), Model: DefaultModel}
@@ -168,4 +153,15 @@ func TestRealTraceLoadAwareGoalSmallCache(t *testing.T) {
 			assert.LessOrEqual(t, la.P99VsLeastLd, 1.0, "p99 vs least-loaded")
 		})
 	}
+}
+
+// prepareRealTrace loads the real trace (see loadRealTrace) and derives what a replay
+// needs: its requests, their facts, the global prefix, the sessions and their IDs.
+func prepareRealTrace(t *testing.T) ([]Request, Facts, []int64, *Sessions, []string) {
+	t.Helper()
+	tr := loadRealTrace(t)
+	reqs := tr.Requests
+	global := GlobalPrefix(reqs)
+	s := ReconstructSessions(reqs, global)
+	return reqs, ComputeFacts(reqs), global, s, SessionIDs(s)
 }
