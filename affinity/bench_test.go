@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentserve/sessionaffinity/internal/benchmin"
+
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/hrw"
 )
@@ -25,30 +27,6 @@ func parallelStart(next *atomic.Int64) int {
 // sessionID returns a 36-byte UUID-shaped session ID.
 func sessionID(i int) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i, i&0xffff, i&0xfff, (i>>12)&0xfff, int64(i)*2654435761)
-}
-
-// batched runs op(i) for i in [0, b.N) in batches of 256 and reports, beside ns/op, the
-// fastest batch's time per op as min-ns/op: on a shared machine other processes' time
-// slices inflate the mean but rarely the fastest batch (serial benchmarks only).
-func batched(b *testing.B, op func(i int)) {
-	b.Helper()
-	b.ReportAllocs()
-	const batch = 256
-	best := time.Duration(1<<63 - 1)
-	for i := 0; i < b.N; {
-		n := min(batch, b.N-i)
-		t0 := time.Now()
-		for j := i; j < i+n; j++ {
-			op(j)
-		}
-		if d := time.Since(t0); n == batch && d < best {
-			best = d
-		}
-		i += n
-	}
-	if best < time.Duration(1<<63-1) {
-		b.ReportMetric(float64(best)/batch, "min-ns/op")
-	}
 }
 
 func benchSessionIDs(n int) []string {
@@ -142,7 +120,7 @@ func BenchmarkBaselineMutexMap(b *testing.B) {
 	for _, kind := range []string{"value", "pointer"} {
 		lookup := lookups[kind]
 		b.Run(kind+"/serial", func(b *testing.B) {
-			batched(b, func(i int) {
+			benchmin.Batched(b, func(i int) {
 				if !lookup(ids[i&(benchSessions-1)]) {
 					b.Fatal("miss")
 				}
@@ -200,7 +178,7 @@ func BenchmarkHit(b *testing.B) {
 				}
 			}
 			b.Run(fmt.Sprintf("%s/cands=%d/serial", clock, n), func(b *testing.B) {
-				batched(b, func(i int) { hit(ids[i&(benchSessions-1)]) })
+				benchmin.Batched(b, func(i int) { hit(ids[i&(benchSessions-1)]) })
 			})
 			b.Run(fmt.Sprintf("%s/cands=%d/parallel", clock, n), func(b *testing.B) {
 				b.ReportAllocs()

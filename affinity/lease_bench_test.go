@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agentserve/sessionaffinity/internal/benchmin"
+
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
@@ -35,7 +37,7 @@ func BenchmarkLeaseHit(b *testing.B) {
 				}
 			}
 			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
-				batched(b, func(i int) {
+				benchmin.Batched(b, func(i int) {
 					id := ids[i&(benchSessions-1)]
 					if mode == "select" {
 						if _, ok, err := s.SelectBackend(id, "", bs); !ok || err != nil {
@@ -80,7 +82,7 @@ func BenchmarkLeaseMiss(b *testing.B) {
 				}
 				const usable = pool - 1<<16
 				b.ResetTimer() // the fill above is setup
-				batched(b, func(i int) {
+				benchmin.Batched(b, func(i int) {
 					id := ids[i%usable]
 					if mode == "select" {
 						if _, hit, err := s.SelectBackend(id, "", bs); hit || err != nil {

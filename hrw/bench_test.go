@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
+
+	"github.com/agentserve/sessionaffinity/internal/benchmin"
 
 	rendezvous "github.com/dgryski/go-rendezvous"
 	"github.com/zeebo/xxh3"
@@ -25,31 +26,6 @@ var benchKeys = func() []string {
 }()
 
 var sink int
-
-// batched runs op(i) for i in [0, b.N) in batches of 256 and reports, beside ns/op, the
-// fastest batch's time per op as min-ns/op. On a shared machine other processes' time
-// slices inflate the mean (and its spread) but rarely the fastest batch, so min-ns/op
-// ratios between benchmarks of one run are the stable ones.
-func batched(b *testing.B, op func(i int)) {
-	b.Helper()
-	b.ReportAllocs()
-	const batch = 256
-	best := time.Duration(1<<63 - 1)
-	for i := 0; i < b.N; {
-		n := min(batch, b.N-i)
-		t0 := time.Now()
-		for j := i; j < i+n; j++ {
-			op(j)
-		}
-		if d := time.Since(t0); n == batch && d < best {
-			best = d
-		}
-		i += n
-	}
-	if best < time.Duration(1<<63-1) {
-		b.ReportMetric(float64(best)/batch, "min-ns/op")
-	}
-}
 
 func benchNodes(b testing.TB, n int, mixed bool) []hrw.Node {
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
@@ -95,7 +71,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range benchSizes {
 		nodes := benchNodes(b, n, false)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
+			benchmin.Batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
 		})
 	}
 }
@@ -104,7 +80,7 @@ func BenchmarkPickWeighted(b *testing.B) {
 	for _, n := range benchSizes {
 		nodes := benchNodes(b, n, true)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
+			benchmin.Batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
 		})
 	}
 }
@@ -190,7 +166,7 @@ func BenchmarkRendezvous(b *testing.B) {
 		ids := nodeIDs(benchNodes(b, n, false))
 		r := rendezvous.New(ids, xxh3.HashString)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) { sink += len(r.Lookup(benchKeys[i&1023])) })
+			benchmin.Batched(b, func(i int) { sink += len(r.Lookup(benchKeys[i&1023])) })
 		})
 	}
 }
@@ -202,7 +178,7 @@ func BenchmarkRankerPickWeighted(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) {
+			benchmin.Batched(b, func(i int) {
 				node, _ := r.Pick(hrw.KeyHash(benchKeys[i&1023]))
 				sink += len(node.ID())
 			})
@@ -225,7 +201,7 @@ func BenchmarkPickFewWeights(b *testing.B) {
 	for _, n := range benchSizes {
 		nodes := fewWeightNodes(b, n)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
+			benchmin.Batched(b, func(i int) { sink += hrw.Pick(hrw.KeyHash(benchKeys[i&1023]), nodes) })
 		})
 	}
 }
@@ -242,7 +218,7 @@ func benchRankerPick(b *testing.B, nodes func(n int) []hrw.Node) {
 			b.Fatal(err)
 		}
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
-			batched(b, func(i int) {
+			benchmin.Batched(b, func(i int) {
 				node, _ := r.Pick(hrw.KeyHash(benchKeys[i&1023]))
 				sink += len(node.ID())
 			})
