@@ -46,6 +46,31 @@ type TierLabelsConfig struct {
 	MaxTiers int
 }
 
+// SetAllow sets a copy of allow as the allow-list (HasAllow = true). It returns an error
+// wrapping [ErrInvalidTierLabels] and naming the tier, leaving c unchanged, when a tier is
+// not [ValidTierLabel]. Not safe for concurrent use; O(len(allow)).
+func (c *TierLabelsConfig) SetAllow(allow []string) error {
+	for _, t := range allow {
+		if !ValidTierLabel(t) {
+			return fmt.Errorf("%w: tier %q is not valid UTF-8 or longer than %d bytes", ErrInvalidTierLabels, t, MaxTierLabelBytes)
+		}
+	}
+	c.Allow = append([]string(nil), allow...)
+	c.HasAllow = true
+	return nil
+}
+
+// SetMaxTiers sets MaxTiers. It returns an error wrapping [ErrInvalidTierLabels], leaving
+// c unchanged, when n < 1 (even with an allow-list, where MaxTiers is ignored, so that a
+// bad value is never silently accepted). Not safe for concurrent use.
+func (c *TierLabelsConfig) SetMaxTiers(n int) error {
+	if n < 1 {
+		return fmt.Errorf("%w: MaxTiers %d, want >= 1", ErrInvalidTierLabels, n)
+	}
+	c.MaxTiers = n
+	return nil
+}
+
 // TierLabels folds the unbounded tier strings of events into a bounded set of label
 // values and keeps one payload of type T per kept tier — typically a metric adapter's
 // pre-resolved counters or attribute sets, so an event needs no label formatting.

@@ -187,3 +187,51 @@ func TestTierLabelsConcurrentFirstSightings(t *testing.T) {
 		assert.Equal(t, 1, n, "label %q built once", label)
 	}
 }
+
+func TestTierLabelsConfigSetters(t *testing.T) {
+	tests := []struct {
+		name    string
+		set     func(c *metrics.TierLabelsConfig) error
+		wantErr string // "" = accepted
+		want    metrics.TierLabelsConfig
+	}{
+		{"allow", func(c *metrics.TierLabelsConfig) error { return c.SetAllow([]string{"a", ""}) }, "",
+			metrics.TierLabelsConfig{Allow: []string{"a", ""}, HasAllow: true, MaxTiers: 3}},
+		{"empty allow-list", func(c *metrics.TierLabelsConfig) error { return c.SetAllow(nil) }, "",
+			metrics.TierLabelsConfig{Allow: []string{}, HasAllow: true, MaxTiers: 3}},
+		{"allow invalid UTF-8", func(c *metrics.TierLabelsConfig) error { return c.SetAllow([]string{"a", "\xff"}) }, `"\xff"`,
+			metrics.TierLabelsConfig{MaxTiers: 3}},
+		{"allow too long", func(c *metrics.TierLabelsConfig) error {
+			return c.SetAllow([]string{strings.Repeat("t", metrics.MaxTierLabelBytes+1)})
+		}, "longer than", metrics.TierLabelsConfig{MaxTiers: 3}},
+		{"max tiers", func(c *metrics.TierLabelsConfig) error { return c.SetMaxTiers(7) }, "",
+			metrics.TierLabelsConfig{MaxTiers: 7}},
+		{"max tiers 0", func(c *metrics.TierLabelsConfig) error { return c.SetMaxTiers(0) }, "MaxTiers 0",
+			metrics.TierLabelsConfig{MaxTiers: 3}},
+		{"max tiers negative", func(c *metrics.TierLabelsConfig) error { return c.SetMaxTiers(-1) }, "MaxTiers -1",
+			metrics.TierLabelsConfig{MaxTiers: 3}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := metrics.TierLabelsConfig{MaxTiers: 3}
+			err := tc.set(&c)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, metrics.ErrInvalidTierLabels)
+				assert.Contains(t, err.Error(), tc.wantErr)
+			}
+			if tc.want.Allow != nil && len(tc.want.Allow) == 0 {
+				assert.Empty(t, c.Allow)
+				assert.True(t, c.HasAllow)
+				return
+			}
+			assert.Equal(t, tc.want, c, "an error leaves the config unchanged")
+		})
+	}
+	allow := []string{"a"}
+	var c metrics.TierLabelsConfig
+	require.NoError(t, c.SetAllow(allow))
+	allow[0] = "b"
+	assert.Equal(t, []string{"a"}, c.Allow, "SetAllow keeps a copy")
+}

@@ -83,13 +83,9 @@ func (f optionFunc) apply(c *config) error { return f(c) }
 func WithTiers(allow ...string) Option {
 	list := append([]string(nil), allow...)
 	return optionFunc(func(c *config) error {
-		for _, t := range list {
-			if !metrics.ValidTierLabel(t) {
-				return fmt.Errorf("%w: WithTiers(%q): not valid UTF-8 or longer than %d bytes", ErrInvalidOption, t, MaxTierAttrBytes)
-			}
+		if err := c.tiers.SetAllow(list); err != nil {
+			return fmt.Errorf("%w: WithTiers: %w", ErrInvalidOption, err)
 		}
-		c.tiers.Allow = list
-		c.tiers.HasAllow = true
 		return nil
 	})
 }
@@ -100,10 +96,9 @@ func WithTiers(allow ...string) Option {
 // [DefaultMaxTiers] (32). n < 1 makes New fail with [ErrInvalidOption].
 func WithMaxTiers(n int) Option {
 	return optionFunc(func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithMaxTiers(%d): want >= 1", ErrInvalidOption, n)
+		if err := c.tiers.SetMaxTiers(n); err != nil {
+			return fmt.Errorf("%w: WithMaxTiers: %w", ErrInvalidOption, err)
 		}
-		c.tiers.MaxTiers = n
 		return nil
 	})
 }
