@@ -321,15 +321,7 @@ func TestSlowClientFlood(t *testing.T) {
 	}
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-served)
-	}()
+	ln := serveGateway(t, g)
 	before := goroutines()
 
 	const n = 200
@@ -462,15 +454,7 @@ func TestConnectionCap(t *testing.T) {
 		Health:   gateway.HealthConfig{Enabled: new(false)},
 	})
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-served)
-	}()
+	ln := serveGateway(t, g)
 
 	start := time.Now()
 	for range 2 {
@@ -527,4 +511,20 @@ func TestSlowReaderIsNotBackendIdle(t *testing.T) {
 	require.NoError(t, err, "the stream is complete")
 	assert.Equal(t, int64(size-len(head)), n)
 	assert.Empty(t, c.gw.PassivelyDown())
+}
+
+// serveGateway runs g on a fresh loopback listener until the test ends (g.Serve must
+// then return nil) and returns the listener.
+func serveGateway(t *testing.T, g *gateway.Gateway) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-served)
+	})
+	return ln
 }
