@@ -216,11 +216,13 @@ func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 // findSlot is findBackend for the backend of a binding, slot, on the hit path. It first
 // tries the candidate where the last hit found this backend (slot.hint), confirming it
 // by the pointer of its ID string (equal pointers and lengths: the very string stored
-// there) or, failing that, by hash and ID; then it checks, in loops whose one branch is
-// never taken in the common case (so predicted), that no earlier candidate has this hash
-// (the first match wins) and that no candidate is a zero Backend (hash 0). Anything else
-// falls back to findBackend, whose result becomes the new hint. Same result as
-// findBackend; O(len(cands)), 0 allocs. The caller holds the shard lock (hint is written).
+// there) or, failing that, by hash and ID; then one pass over all candidates counts those
+// whose hash is this backend's or 0 (a zero Backend): exactly one (the hint) means it is
+// the first match and no candidate is invalid. The pass has a fixed trip count and no
+// data-dependent branch (the counts are conditional moves), so a hint at a varying
+// position costs no misprediction. Anything else falls back to findBackend, whose result
+// becomes the new hint. Same result as findBackend; O(len(cands)), 0 allocs. The caller
+// holds the shard lock (hint is written).
 func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 	h := int(slot.hint)
 	if h < len(cands) {
@@ -228,18 +230,19 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 		id := c.ID()
 		if len(id) == len(slot.id) && (unsafe.StringData(id) == unsafe.StringData(slot.hintID) ||
 			(c.Hash() == slot.hash && id == slot.id)) {
-			clean := true
-			for j := 0; j < h; j++ {
-				if x := cands[j].node.Hash(); x == slot.hash || x == 0 {
-					clean = false
+			n, want := 0, slot.hash
+			for j := range cands {
+				x := cands[j].node.Hash()
+				eq, zero := 0, 0
+				if x == want {
+					eq = 1
 				}
-			}
-			for j := h + 1; j < len(cands); j++ {
-				if cands[j].node.Hash() == 0 {
-					clean = false
+				if x == 0 {
+					zero = 1
 				}
+				n += eq + zero
 			}
-			if clean {
+			if n == 1 {
 				return h, -1
 			}
 		}
