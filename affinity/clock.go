@@ -50,8 +50,6 @@ func NewCoarseClock(resolution time.Duration) *CoarseClock {
 // Now returns the time of the last tick. 0 allocs, one atomic load.
 func (c *CoarseClock) Now() time.Time { return c.base.Add(time.Duration(c.elapsed.Load())) }
 
-func (c *CoarseClock) nanos() int64 { return c.elapsed.Load() }
-
 // Run advances the clock every resolution until ctx is done, then returns ctx.Err().
 // Running it twice at once is a programmer error: the second call returns
 // ErrClockRunning immediately.
@@ -92,10 +90,17 @@ func newClockReader(c Clock) clockReader {
 	}
 }
 
+// now is small enough to inline for the CoarseClock (one atomic load); other clocks call
+// read.
 func (r *clockReader) now() int64 {
+	if c := r.coarse; c != nil {
+		return c.elapsed.Load()
+	}
+	return r.read()
+}
+
+func (r *clockReader) read() int64 {
 	switch {
-	case r.coarse != nil:
-		return r.coarse.nanos()
 	case r.clk == nil:
 		return int64(time.Since(r.base))
 	default:

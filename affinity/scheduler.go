@@ -275,8 +275,8 @@ func noEligible(cands []Backend) error {
 // binding is broken in this replica's view), each bounded by the store timeout; a hit
 // makes none (see [Store]).
 func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) (Backend, bool, error) {
-	if err := s.validate(sessionID, tier, candidates); err != nil {
-		return Backend{}, false, err
+	if !s.t.validKey(sessionID, tier) || len(candidates) == 0 { // validate, inlined
+		return Backend{}, false, s.validate(sessionID, tier, candidates)
 	}
 	ci, out, _, err := s.decide(sessionID, tier, candidates, false, 0)
 	if err != nil {

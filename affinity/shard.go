@@ -264,9 +264,11 @@ func makeKey(tier, session string) string {
 }
 
 // keyIs reports whether key is the binding key of (tier, session), without building it.
+// The tier is compared only when not empty (one call of the runtime's compare fewer for the
+// default tier).
 func keyIs(key, tier, session string) bool {
 	return len(key) == 1+len(tier)+len(session) && key[0] == byte(len(tier)) &&
-		key[1:1+len(tier)] == tier && key[1+len(tier):] == session
+		key[1+len(tier):] == session && (len(tier) == 0 || key[1:1+len(tier)] == tier)
 }
 
 // tierOf recovers the tier from a key (a substring: no allocation).

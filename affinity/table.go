@@ -140,7 +140,20 @@ func (t *Table) TTL(tier string) time.Duration {
 
 func (t *Table) shardFor(keyHash uint64) *shard { return &t.shards[keyHash>>t.shift] }
 
+// validKey reports whether checkKey(sessionID, tier) is nil; small enough to inline.
+func (t *Table) validKey(sessionID, tier string) bool {
+	return sessionID != "" && len(sessionID) <= t.maxSession && len(tier) <= MaxTierBytes
+}
+
+// checkKey returns nil for a valid key, else the error naming what is wrong.
 func (t *Table) checkKey(sessionID, tier string) error {
+	if t.validKey(sessionID, tier) {
+		return nil
+	}
+	return t.keyError(sessionID, tier)
+}
+
+func (t *Table) keyError(sessionID, tier string) error {
 	switch {
 	case sessionID == "":
 		return ErrEmptySessionID
