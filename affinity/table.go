@@ -113,7 +113,9 @@ func newTable(r resolved, o options) *Table {
 		}
 		sh.next = 1
 		sh.slotByID = make(map[string]uint32)
-		sh.lists = make([]lruList, len(t.ttls))
+		// At least a cache line (8 lists), so that no two shards' list heads, written by
+		// every hit, share a line (a 64-byte object is 64-byte aligned).
+		sh.lists = make([]lruList, len(t.ttls), max(len(t.ttls), 8))
 	}
 	return t
 }
