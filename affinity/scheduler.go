@@ -188,7 +188,7 @@ func pickNodes(kh uint64, cands []Backend, scratch []hrw.Node) (w, invalid int) 
 
 // isZero reports whether b is the zero Backend (NewBackend never builds one: its ID is
 // never empty). The hash is compared first: it is 0 for the zero Backend.
-func isZero(b *Backend) bool { return b.node.Hash() == 0 && b.node.ID() == "" }
+func isZero(b *Backend) bool { return b.hash == 0 && b.node.ID() == "" }
 
 // findBackend returns the index of the first candidate with this ID (hash compared
 // first), or -1, and in the same pass the index of the first zero Backend (or -1). A zero
@@ -197,7 +197,7 @@ func isZero(b *Backend) bool { return b.node.Hash() == 0 && b.node.ID() == "" }
 func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 	found, invalid = -1, -1
 	for j := range cands {
-		h := cands[j].node.Hash()
+		h := cands[j].hash
 		if h != hash && h != 0 {
 			continue
 		}
@@ -226,13 +226,12 @@ func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 	h := int(slot.hint)
 	if h < len(cands) {
-		c := &cands[h].node
-		id := c.ID()
+		id := cands[h].node.ID()
 		if len(id) == len(slot.id) && (unsafe.StringData(id) == unsafe.StringData(slot.hintID) ||
-			(c.Hash() == slot.hash && id == slot.id)) {
+			(cands[h].hash == slot.hash && id == slot.id)) {
 			n, want := 0, slot.hash
 			for j := range cands {
-				x := cands[j].node.Hash()
+				x := cands[j].hash
 				eq, zero := 0, 0
 				if x == want {
 					eq = 1
