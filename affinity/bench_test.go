@@ -24,6 +24,9 @@ func parallelStart(next *atomic.Int64) int {
 	return int(next.Add(1)) * 389 // 389 is prime: the goroutines' windows interleave
 }
 
+// parallelOffset is parallelStart for goroutine g of benchmin.Parallel.
+func parallelOffset(g int) int { return (g + 1) * 389 }
+
 // sessionID returns a 36-byte UUID-shaped session ID.
 func sessionID(i int) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", i, i&0xffff, i&0xfff, (i>>12)&0xfff, int64(i)*2654435761)
@@ -127,13 +130,9 @@ func BenchmarkBaselineMutexMap(b *testing.B) {
 			})
 		})
 		b.Run(kind+"/parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			var next atomic.Int64
-			b.RunParallel(func(pb *testing.PB) {
-				for i := parallelStart(&next); pb.Next(); i++ {
-					if !lookup(ids[i&(benchSessions-1)]) {
-						b.Fatal("miss")
-					}
+			benchmin.Parallel(b, runtime.GOMAXPROCS(0), func(g, i int) {
+				if !lookup(ids[(parallelOffset(g)+i)&(benchSessions-1)]) {
+					b.Fatal("miss")
 				}
 			})
 		})
@@ -181,12 +180,8 @@ func BenchmarkHit(b *testing.B) {
 				benchmin.Batched(b, func(i int) { hit(ids[i&(benchSessions-1)]) })
 			})
 			b.Run(fmt.Sprintf("%s/cands=%d/parallel", clock, n), func(b *testing.B) {
-				b.ReportAllocs()
-				var next atomic.Int64
-				b.RunParallel(func(pb *testing.PB) {
-					for i := parallelStart(&next); pb.Next(); i++ {
-						hit(ids[i&(benchSessions-1)])
-					}
+				benchmin.Parallel(b, runtime.GOMAXPROCS(0), func(g, i int) {
+					hit(ids[(parallelOffset(g)+i)&(benchSessions-1)])
 				})
 			})
 		}
