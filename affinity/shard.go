@@ -64,22 +64,24 @@ type counters struct {
 }
 
 type shard struct {
-	// What a hit touches comes first and fills two cache lines: the lock, the index and
-	// the chunk table in the first; the LRU lists, the backend slots and the counters
-	// (hits first) in the second.
+	// What a hit writes comes first, in one cache line: the lock and the counters (hits
+	// first). What it only reads follows: the index, the chunk table, the LRU lists'
+	// header and the backend slots. So a hit after one on another core moves one line of
+	// the shard (besides the list heads' own line and the entries); the lines it only
+	// reads stay shared.
 	mu       sync.Mutex
+	c        counters
 	idx      index
 	chunks   []*[chunkSize]entry
 	lists    []lruList // one per TTL class; each sorted by lastUse, newest first
 	slots    []backendSlot
-	c        counters
 	free     uint32 // free-list head
 	next     uint32 // next never-used index (starts at 1: index 0 means none)
 	n        int    // live bindings
 	cap      int
 	slotFree []uint32
 	slotByID map[string]uint32
-	_        [24]byte // size 256, a multiple of 64: shards start on their own lines
+	_        [8]byte // size 256, a multiple of 64: shards start on their own lines
 }
 
 func (sh *shard) at(i uint32) *entry { return &sh.chunks[i>>chunkShift][i&chunkMask] }
