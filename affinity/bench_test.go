@@ -188,6 +188,31 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
+// BenchmarkHitOneDrained: the serial hit of BenchmarkHit (CoarseClock, 8 candidates) while
+// a backend that is not among them is drained, so the health set is not all Healthy (a
+// rolling restart, say) and the hit must know its backend's state.
+func BenchmarkHitOneDrained(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	bs := backends(b, 8)
+	cc := affinity.NewCoarseClock(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = cc.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	s := newBenchScheduler(b, affinity.Config{}, affinity.WithClock(cc))
+	for _, id := range ids {
+		if _, _, err := s.SelectBackend(id, "", bs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.OnBackendDraining("not-a-candidate")
+	benchmin.Batched(b, func(i int) {
+		if _, ok, err := s.SelectBackend(ids[i&(benchSessions-1)], "", bs); !ok || err != nil {
+			b.Fatal("not a hit", err)
+		}
+	})
+}
+
 // BenchmarkMiss: first turns of new sessions, beside hrw.Pick (with the key hash) over
 // the same candidates. "fresh": the table grows from empty (below the cap); "at-cap": a
 // steady state of 65,536 bindings where each insert evicts the LRU binding.

@@ -50,7 +50,7 @@ func (s *Scheduler) decide(sessionID, tier string, cands []Backend, aware bool, 
 		if now-e.lastUse < t.ttls[e.class] {
 			slot := &sh.slots[e.slot]
 			ci, bad := findSlot(cands, slot)
-			if bad < 0 && ci >= 0 && s.state(slot.id) != health.Down {
+			if bad < 0 && ci >= 0 && s.slotState(slot) != health.Down {
 				g, stay := grant{charge: units}, true
 				if units > 0 { // Acquire: the lease needs the backend's load record
 					g.bl = s.loadOf(slot)
@@ -158,7 +158,7 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 					return -1, 0, grant{}, invalidCandidate(bad)
 				case ci < 0:
 					reason = metrics.ReasonNotCandidate
-				case s.state(slot.id) == health.Down:
+				case s.slotState(slot) == health.Down:
 					reason = metrics.ReasonUnhealthy
 				default:
 					g, stay := grant{bl: s.loadOf(slot), charge: units}, true

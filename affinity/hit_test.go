@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
 )
 
 // TestHitFindsFirstCopy drives the hit path's candidate check (the remembered position of
@@ -63,4 +64,37 @@ func TestHitFindsFirstCopy(t *testing.T) {
 			require.Equal(t, cands[first], got, "call %d: the first copy of the bound backend", call)
 		}
 	}
+}
+
+// TestHitSeesHealthChanges checks that the hit path's cached health state (kept per
+// backend while some backend is not Healthy) follows every change of the health set at
+// once: the next call after a change sees it.
+func TestHitSeesHealthChanges(t *testing.T) {
+	bs := backends(t, 4)
+	f := newFixture(t, affinity.Config{})
+	hs := f.s.Health()
+	hs.Drain("elsewhere") // not Healthy somewhere: the cached path
+	bound, hit := f.sel(t, "s", "", bs)
+	require.False(t, hit)
+	steps := []struct {
+		to      health.State
+		wantHit bool
+	}{
+		{health.Healthy, true},
+		{health.Draining, true}, // a drained backend keeps its bindings
+		{health.Down, false},    // broken (unhealthy): rebound elsewhere
+	}
+	for i, st := range steps {
+		_, _ = hs.Set(bound, st.to)
+		got, hit := f.sel(t, "s", "", bs)
+		require.Equal(t, st.wantHit, hit, "step %d (%v)", i, st.to)
+		if hit {
+			require.Equal(t, bound, got, "step %d", i)
+			continue
+		}
+		require.NotEqual(t, bound, got, "step %d", i)
+		_, _ = hs.Set(bound, health.Healthy)
+		bound = got
+	}
+	require.Equal(t, uint64(1), f.s.Stats().Broken.Unhealthy)
 }

@@ -84,6 +84,20 @@ func (s *Scheduler) state(id string) health.State {
 	return s.health.State(id)
 }
 
+// slotState is state(slot.id) for the backend of a binding on the hit path, the shard
+// lock held: while some backend is not Healthy (a drain, say) the answer is cached in the
+// slot and read again only when the health set's Version has changed, so a hit does not
+// look the ID up in the set's map. One or two atomic loads.
+func (s *Scheduler) slotState(slot *backendSlot) health.State {
+	if s.health.AllHealthy() {
+		return health.Healthy
+	}
+	if v := s.health.Version(); slot.hver != v {
+		slot.hstate, slot.hver = s.health.State(slot.id), v // Version first: see its doc
+	}
+	return slot.hstate
+}
+
 // pickInline is the number of candidates whose hrw nodes pickAll copies to a stack array
 // so that it can use hrw.Pick; more candidates use a pooled slice.
 const pickInline = 64

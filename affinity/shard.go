@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
 	"github.com/agentserve/sessionaffinity/metrics"
 )
@@ -46,6 +47,7 @@ type lruList struct{ head, tail uint32 }
 // hintID remember where a hit last found this backend among the caller's candidates (the
 // index and that candidate's ID string, whose bytes are usually those of every later
 // call's candidate) so that the next hit can confirm it without a search (findSlot).
+// hstate and hver cache the backend's health state for the hit (Scheduler.slotState).
 type backendSlot struct {
 	id     string
 	hintID string // a candidate's ID equal to id (the caller's string: short, pinned)
@@ -53,6 +55,8 @@ type backendSlot struct {
 	head   uint32
 	count  uint32
 	hint   uint32
+	hstate health.State // the health set's State(id) at Version hver (0: not read yet)
+	hver   uint64
 	bl     *backendLoad // the backend's load record (Scheduler leases), cached; nil until used
 }
 

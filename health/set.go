@@ -48,6 +48,7 @@ import (
 // no effective state and notifies nobody. See [Set.Subscribe] for the delivery rules.
 type Set struct {
 	entries atomic.Pointer[map[string]entry] // IDs observed down or drained only; nil when all Healthy
+	version atomic.Uint64                    // incremented after each store of entries (Version)
 
 	mu         sync.Mutex    // serializes writers; guards the fields below
 	subs       []*subscriber // replaced on change, never mutated in place
@@ -112,6 +113,12 @@ func (s *Set) Drained(id string) bool { return s.entry(id).drained }
 // AllHealthy reports whether every ID is Healthy (none drained or observed down): one
 // atomic load, lock-free, 0 allocs. Callers can use it to skip per-backend State lookups.
 func (s *Set) AllHealthy() bool { return s.entries.Load() == nil }
+
+// Version returns a number that changes with every write that changes a stored state (it
+// is 0 until the first one), for callers that cache [Set.State] answers: a State read
+// after Version returned v stays current for as long as Version returns v, and every call
+// that starts after a write has returned sees the new number. One atomic load.
+func (s *Set) Version() uint64 { return s.version.Load() }
 
 // Observe records a health observation of id — healthy true (the check passed) or false
 // (the backend is down) — and reports whether the observed health changed. It never
@@ -345,6 +352,7 @@ func (s *Set) update(id string, f func(entry) entry) (old, cur entry, turn bool)
 		}
 		s.entries.Store(&next)
 	}
+	s.version.Add(1) // after the store: see Version
 
 	if old.state == cur.state {
 		return old, cur, false

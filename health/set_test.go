@@ -420,3 +420,25 @@ func TestUnsubscribeConcurrentWithWriters(t *testing.T) {
 	// Once unsub has returned, at most one call that was already in progress can finish.
 	assert.LessOrEqual(t, calls.Load(), after+1)
 }
+
+func TestVersion(t *testing.T) {
+	s := health.NewSet()
+	require.Equal(t, uint64(0), s.Version(), "no write yet")
+	steps := []struct {
+		name    string
+		write   func() bool
+		changes bool
+	}{
+		{"drain", func() bool { return s.Drain("a") }, true},
+		{"drain again (no change)", func() bool { return s.Drain("a") }, false},
+		{"down while drained", func() bool { return s.MarkDown("a") }, true},
+		{"undrain", func() bool { return s.Undrain("a") }, true},
+		{"forget: all Healthy", func() bool { return s.Forget("a") }, true},
+		{"forget again (no change)", func() bool { return s.Forget("a") }, false},
+	}
+	for _, st := range steps {
+		before := s.Version()
+		st.write()
+		assert.Equal(t, st.changes, s.Version() != before, st.name)
+	}
+}
