@@ -285,10 +285,13 @@
 //   - SelectBackend hit: 0 allocs; one xxh3 hash of the session ID, one clock read, one
 //     shard lock, an index probe, a check of the candidate where the binding's backend
 //     was found last time (its ID string's pointer, remembered per shard and backend)
-//     plus O(len(candidates)) hash checks for an earlier duplicate or a zero Backend
-//     (a branch that is never taken, so predicted), and a move to the front of the
-//     binding's LRU list. The move keeps eviction exact per shard (the model test pins
-//     it, ties included): the hit writes the shard's lock line and three entries' links.
+//     plus one pass over the candidates counting those with that backend's hash or a
+//     zero Backend (two compares per candidate on the hash each Backend carries, no
+//     data-dependent branch), the backend's health state (one atomic load while all are
+//     Healthy, else cached per shard and backend until health.Set.Version changes), and
+//     a move to the front of the binding's LRU list. The move keeps eviction exact per
+//     shard (the model test pins it, ties included): the hit writes the shard's first
+//     line (lock, counters), its LRU list heads and three entries' links.
 //     SelectBackend and Acquire share one decision path; the hit is tried first, under
 //     the one lock acquisition the rest of the decision then continues with.
 //   - SelectBackend miss: 1 allocation (the stored key: 1 + len(tier) + len(sessionID)
@@ -324,8 +327,9 @@
 // a slab of 48-byte entries in 256-entry chunks with a free list (no per-binding pointer
 // objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
 // backend (its interned ID and hrw node hash kept once per shard, with the candidate
-// index and ID string where a hit last found it), which makes OnBackendDown
-// proportional to that backend's bindings. The key is one string: a byte
+// index and ID string where a hit last found it, and its health state as last read),
+// which makes OnBackendDown proportional to that backend's bindings. The key is one
+// string: a byte
 // with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the session ID.
 // Lookups compare a stored key with (tier, session ID) in place, so they never build a
 // key and never allocate, whatever the session ID's length; the length byte lets the
