@@ -329,8 +329,8 @@
 // backend (its interned ID and hrw node hash kept once per shard, with the candidate
 // index and ID string where a hit last found it, and its health state as last read),
 // which makes OnBackendDown proportional to that backend's bindings. The key is one
-// string: a byte
-// with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the session ID.
+// string: a byte with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the
+// session ID.
 // Lookups compare a stored key with (tier, session ID) in place, so they never build a
 // key and never allocate, whatever the session ID's length; the length byte lets the
 // tier be recovered for per-tier metrics on eviction and OnBackendDown. Counters are plain
