@@ -108,6 +108,15 @@
 //     above it raises it, by drain_ewma_weight of the distance; the first eviction sets
 //     it. With retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x
 //     the retention counts as evicted in rule 17 (reprefill 0), as a lost cache does.
+//     14d. Prefix survival: past the retention a prefix may still be cached (with large
+//     caches most are, 1-2 retentions on; with small ones few). Each backend keeps the
+//     survival rate of its hits idle past the retention in bins of idle time / retention
+//     ([1, 1.5), [1.5, 2), [2, 2.5), [2.5, 3), [3, 4), [4, inf)): an exponentially
+//     weighted mean (weight drain_ewma_weight) of 1 per hit that found at least half its
+//     reprefill cached, 0 per eviction. In rule 17 a binding idle past the retention (and
+//     below f x the retention) has reprefill x the survival rate of its bin, in prompt
+//     tokens; 1 until its bin has seen a hit, so an untaught backend guards as the step
+//     of rule 14c does. Below the retention the prefix is expected cached in full.
 //     Everything the drain model keeps is per backend (a few atomics and a mutex taken
 //     by Done); it is deterministic for a given sequence of calls and clock readings.
 //  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
@@ -125,13 +134,22 @@
 //     of rule 14 (prompt tokens of queued prefill, before this request) and reprefill
 //     the prefix the move throws away: 0 when the binding's last hit reported
 //     cached / prompt tokens <= cold_cache_ratio (the backend evicted it), else
-//     min(last reported prompt tokens, cost), else cost. The move is a rebind:
+//     min(last reported prompt tokens, cost), else cost (with the drain model, as rules
+//     14c and 14d scale it). The move is a rebind:
 //     AffinityHit false, Outcome spill, counted once as broken{reason="overloaded"} and
 //     as a miss, logged at Debug; the new binding sticks like any other.
 //  18. Hysteresis: a spill only moves down the session's own ranking, never back up, so
 //     a session cannot ping-pong between two backends whose load oscillates; it moves at
 //     most n-1 times while its binding lives, and replicas (which rank alike) choose the
 //     same target; for a session on its HRW winner that is also its failover target.
+//     One exception, for a binding with nothing left to lose: when its reprefill is 0
+//     (its last hit reported the prefix lost, or it idled f x the retention) and its
+//     backend is busy (load > 0), it is placed as a new session would be (rule 16, over
+//     its whole ranking) and moves there — a spill, counted as above — when that is
+//     another backend with less load than its own; otherwise it stays. Such a move can go
+//     up the ranking, but only after a cache loss: the moved binding is warm (the move's
+//     turn is not a hit), so it moves again only after its prefix is lost again, never
+//     on load alone.
 //  19. Determinism: for a given load view (the loads read at decision time) placement and
 //     spill are pure functions of session, candidates, health and loads. Replicas that
 //     see similar load agree; concurrent Acquires read the loads before either adds its
@@ -156,8 +174,9 @@
 // measured trade-off; 1.25 and 5 met its goal with 20 % caches at 4, 8 and 16 backends.
 // With small caches (5 % of the working set) the lease-sum view misses it; adding
 // cold_cache_ratio 0.001, drain_tokens_per_second 16000 and retention_guard_factor 2.5
-// (the example gateway's configuration) meets it in five of its six rows (README). The
-// drain rate only seeds the model: it is learned from the first Done on.
+// (the example gateway's configuration) meets it in all six rows, with rules 14d and
+// 18's placement of cold bindings (README). The drain rate only seeds the model: it is
+// learned from the first Done on.
 //
 // # Shared store (WithStore)
 //

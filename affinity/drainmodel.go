@@ -39,6 +39,17 @@ import (
 //     it. A hit idle for longer is charged its whole cost, and with
 //     retention_guard_factor f > 0 a hit idle for at least f x the retention counts as
 //     evicted in the spill guard (reprefill 0: moving it is free).
+//   - Prefix survival. The retention is a threshold; how often a prefix survives past it
+//     depends on the cache (with large caches most prefixes idle 1-2 retentions
+//     survive, with small ones few do): an LRU cache acts like a TTL cache whose
+//     characteristic time moves with its insertion rate (Che, Tung and Wang, IEEE JSAC
+//     2002), so a fixed threshold is only right on average. So each backend also keeps the survival rate of
+//     its hits idle past the retention, by idle time in retentions (bins [1, 1.5),
+//     [1.5, 2), [2, 2.5), [2.5, 3), [3, 4), [4, inf)): an exponentially weighted mean,
+//     weight drain_ewma_weight, of 1 (the prefix survived) or 0 (evicted) over the hits
+//     of each bin. Past the retention the spill guard's reprefill is the prefix expected
+//     to survive: the binding's prefix x the survival rate of its bin (1 until the bin
+//     has seen a hit: the step model above).
 //
 // Concurrency: Acquire touches only atomics (a compare-and-swap on fin); Done takes the
 // backend's mutex. A Done racing an Acquire on the same backend may count that lease
@@ -49,6 +60,9 @@ type drainState struct {
 	perTk atomic.Uint64 // learned ns per token (float64 bits); 0 = none yet
 	perRq atomic.Uint64 // learned ns per request (float64 bits)
 	keep  atomic.Int64  // learned cache retention, ns; 0 = none yet
+	// lost holds, per bin of idle time past the retention (survivalBin), 1 - the
+	// survival rate of hits as float64 bits: the zero value is "always survives".
+	lost [survivalBins]atomic.Uint64
 
 	mu       sync.Mutex // serializes learning
 	lastDone int64      // clock ns of the latest Done
@@ -157,24 +171,67 @@ func (b *backendLoad) anchor(p *loadParams, now int64) {
 
 // retainedPrefix returns, for a hit on the backend idle for idle ns whose binding expects
 // rp cached tokens (rule 17's reprefill), the guard's reprefill and the prefix it expects
-// the backend to still hold: rp for both while idle is below the learned retention (or
-// none is learned yet); past it the hit expects nothing cached, and the guard's reprefill
-// drops to 0 once idle reaches retention_guard_factor x the retention.
+// the backend to still hold. With no retention learned yet: rp for both. Otherwise the
+// prefix expected held is rp while idle is below the retention and 0 past it; the guard's
+// reprefill is rp x the learned survival rate of the binding's bin of idle / retention,
+// and 0 once idle reaches retention_guard_factor x the retention.
 func (b *backendLoad) retainedPrefix(p *loadParams, idle, rp int64) (guard, kept int64) {
 	k := b.dr.keep.Load()
-	if k <= 0 || idle < k {
+	if k <= 0 {
 		return rp, rp
 	}
-	if p.guardFactor > 0 && float64(idle) >= p.guardFactor*float64(k) {
+	r := float64(idle) / float64(k)
+	if p.guardFactor > 0 && r >= p.guardFactor {
 		return 0, 0
 	}
-	return rp, 0
+	if idle < k { // expected cached: protected in full
+		return rp, rp
+	}
+	lost := math.Float64frombits(b.dr.lost[survivalBin(r)].Load())
+	return int64(float64(rp) * (1 - lost)), 0
+}
+
+// survivalEdges are the upper edges of the survival bins, in retentions of idle time: the
+// first bin starts at 1 retention, the last is open.
+var survivalEdges = [...]float64{1.5, 2, 2.5, 3, 4}
+
+const survivalBins = len(survivalEdges) + 1
+
+// survivalBin returns the survival bin of r >= 1 retentions of idle time.
+func survivalBin(r float64) int {
+	for i, e := range survivalEdges {
+		if r < e {
+			return i
+		}
+	}
+	return len(survivalEdges)
+}
+
+// learnSurvival folds a hit idle for idle >= k ns that found its prefix (survived) or
+// not into the survival rate of its bin, idle / k retentions (k > 0, the retention the
+// hit was judged by).
+func (b *backendLoad) learnSurvival(p *loadParams, idle, k int64, survived bool) {
+	x := 1.0 // lost
+	if survived {
+		x = 0
+	}
+	bin := &b.dr.lost[survivalBin(float64(idle)/float64(k))]
+	for {
+		o := bin.Load()
+		v := math.Float64frombits(o)
+		if bin.CompareAndSwap(o, math.Float64bits(v+p.drainEWMA*(x-v))) {
+			return
+		}
+	}
 }
 
 // learnRetention updates the backend's cache retention from a hit that was idle for idle
 // ns, expected rp cached tokens and found cached.
 func (b *backendLoad) learnRetention(p *loadParams, idle, rp, cached int64) {
 	survived := cached >= (rp+1)/2 // 2 x cached >= rp without overflowing for huge cached
+	if k := b.dr.keep.Load(); k > 0 && idle >= k {
+		b.learnSurvival(p, idle, k, survived)
+	}
 	for {
 		k := b.dr.keep.Load()
 		var nk int64

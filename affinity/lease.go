@@ -267,8 +267,24 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 // idle backend is never overloaded, and that its wait exceeds spill_cost_weight x rp):
 // the bound backend must be over the bound, a target under the bound must exist after it on the session's
 // HRW ranking, and wait(bound) - wait(target) > spill_cost_weight x rp.
+//
+// A binding whose guard reprefill rp is 0 (its prefix is believed evicted: rule 14d)
+// has nothing to lose by moving: it is placed as a new session would be (the bounded-load
+// walk over its whole ranking) and moves there when that is another backend, less loaded
+// than its own.
 func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendLoad, units, rp int64) placement {
 	stay := placement{w: -1}
+	if rp == 0 {
+		pl, err := s.walk(kh, cands, units, -1)
+		if err != nil || pl.w < 0 || pl.w == ci {
+			return stay
+		}
+		if pl.boundLoad = bl.view(&s.ld.p, s.drainNow()); pl.load >= pl.boundLoad {
+			return stay
+		}
+		pl.boundOver = true
+		return pl
+	}
 	pl, err := s.walk(kh, cands, units, ci)
 	if err != nil || !pl.boundOver || pl.w < 0 {
 		return stay
