@@ -9,7 +9,7 @@ import (
 
 // The drain model (load.drain_tokens_per_second > 0) refines the load view of rule 14 with
 // what a gateway learns from Lease.Done (package documentation, "Load awareness", rules
-// 14a-14c):
+// 14a-14d):
 //
 //   - Drain. Per backend it keeps fin, the clock reading (ns of the Scheduler's clock) at
 //     which everything charged so far will have been processed: a lease of c tokens at
