@@ -71,7 +71,7 @@ type drainState struct {
 }
 
 // DefaultDrainEWMAWeight is load.drain_ewma_weight when 0: the weight of each completed
-// request in the drain model's service fit and cache retention.
+// request in the drain model's service fit, cache retention and prefix survival rates.
 const DefaultDrainEWMAWeight = 0.05
 
 // model returns the backend's service model: ns per request and ns per token.

@@ -84,7 +84,8 @@ type LoadConfig struct {
 	QueuedRequestCost int64 `yaml:"queued_request_cost,omitempty" json:"queued_request_cost,omitempty"`
 	// ColdCacheRatio: a binding whose last hit reported cached / prompt tokens at or below
 	// this ratio has lost its prefix on the backend (evicted there), so moving it costs
-	// nothing: the spill guard uses reprefill 0 for it. 0 means DefaultColdCacheRatio
+	// nothing: the spill guard uses reprefill 0 for it, and on a busy backend it is placed
+	// anew when that finds a less loaded backend (rule 18). 0 means DefaultColdCacheRatio
 	// (0.05); must lie in [0, 1]. The ratio is used at full precision (cached <= ratio x
 	// prompt, in float64): 0.0004 marks a 10,000-token prompt cold with at most 4 cached
 	// tokens; a ratio below 1 / prompt (e.g. 1e-9) marks only cached == 0 as cold.
@@ -100,14 +101,17 @@ type LoadConfig struct {
 	// [MinDrainTokensPerSecond, MaxDrainTokensPerSecond] (1 to 1e9).
 	DrainTokensPerSecond float64 `yaml:"drain_tokens_per_second,omitempty" json:"drain_tokens_per_second,omitempty"`
 	// DrainEWMAWeight is the weight of each completed request in the drain model's fit
-	// (exponentially weighted means) and in its cache-retention estimate. 0 means
+	// (exponentially weighted means) and in its cache-retention and prefix-survival
+	// estimates (package documentation, rules 14c-14d). 0 means
 	// DefaultDrainEWMAWeight (0.05); otherwise it must lie in [MinDrainEWMAWeight, 1]
 	// (1e-4 to 1), and drain_tokens_per_second must be > 0 (it has no other use).
 	DrainEWMAWeight float64 `yaml:"drain_ewma_weight,omitempty" json:"drain_ewma_weight,omitempty"`
 	// RetentionGuardFactor f: with the drain model on, a hit whose binding has been idle
 	// for at least f x its backend's learned cache retention counts as evicted in the
 	// spill guard (reprefill 0: moving it costs nothing), like a lost cache reported by
-	// cold_cache_ratio, but predicted before the request is sent. 0 (the default) turns
+	// cold_cache_ratio, but predicted before the request is sent; between the retention
+	// and f x the retention the guard weighs the prefix by its learned survival rate
+	// (rule 14d). 0 (the default) turns
 	// it off; otherwise it must lie in [1, MaxRetentionGuardFactor] (1000), and
 	// drain_tokens_per_second must be > 0.
 	RetentionGuardFactor float64 `yaml:"retention_guard_factor,omitempty" json:"retention_guard_factor,omitempty"`
