@@ -11,8 +11,9 @@ import (
 	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-// A Ranker over a few distinct weights picks by weight class: the equal-weight winner
-// of each class, then the best of those. This compares it (and Pick) with the naive
+// A Ranker over more than 64 nodes with a few distinct weights picks by weight class:
+// the equal-weight winner of each class, then the best of those; up to 64 nodes the
+// keyed selection (weighted.go) runs, as it does for Pick. This compares it (and Pick) with the naive
 // reference for 1 to 6 distinct weights, small and large classes, weight-0 nodes, and
 // built hard cases: two nodes of one class tied on the top 31 bits or on m (the IDs
 // decide), two class winners whose scores are within a few ulps of each other (the
@@ -69,7 +70,11 @@ func TestFewWeightsEqualReference(t *testing.T) {
 						}
 						r, err := hrw.New(nodes)
 						require.NoError(t, err)
-						if k >= 2 && n >= 10*k && trial == 0 { // (about 5 % of the nodes have weight 0)
+						switch {
+						case trial > 0 || k < 2:
+						case n <= 64: // (weights vary: at most 64 nodes take the keyed path)
+							require.True(t, hrw.RankerKeyed(r), "the keyed path must be the one under test")
+						case n >= 10*k: // (about 5 % of the nodes have weight 0)
 							require.Positive(t, hrw.RankerClasses(r), "the class path must be the one under test")
 						}
 						want := refPick(kh, nodes)

@@ -34,3 +34,29 @@ func NodeWithM(id string, keyHash, m, lowBits uint64, weight float64) Node {
 // RankerClasses returns the number of weight classes a Ranker picks by (0: it does
 // not). Test-only.
 func RankerClasses(r *Ranker) int { return len(r.cls) }
+
+// RankerKeyed reports whether a Ranker picks by the keyed selection. Test-only.
+func RankerKeyed(r *Ranker) bool { return r.iw != nil }
+
+// PickKeyed runs the keyed selection alone over at most 64 nodes (Pick's, and, with
+// ranker, the Ranker's over the same nodes, which must all have a positive weight and
+// distinct IDs): the winner's index and whether it was proven. Test-only.
+func PickKeyed(keyHash uint64, nodes []Node, ranker bool) (int, bool) {
+	if !ranker {
+		return pickKeyed(premix(keyHash), nodes)
+	}
+	r, err := New(nodes)
+	if err != nil || r.iw == nil {
+		panic("PickKeyed: not a keyed Ranker")
+	}
+	return r.pickKeyed(premix(keyHash))
+}
+
+// KeyBounds returns, for a mid value z, the bounds the keyed selection uses, each as a
+// multiple of 2^-31 where scaled: lo1 = X (first order), loP and loPFixed (2^31·P of
+// X·2^-31 in binary64 and in integers), and the upper bound H((X+1)·2^-31) unscaled. Test-only.
+func KeyBounds(z uint64) (lo1, loP, loPFixed, hi float64) {
+	x := lowX(z)
+	hi = upH(float64(int64(x+1)) * 0x1p-31)
+	return float64(x), lowP(float64(int64(x))), float64(lowPFixed(x)), hi
+}

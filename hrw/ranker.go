@@ -1,6 +1,9 @@
 package hrw
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Ranker is an immutable, validated and deduplicated node set, prepared once for many
 // selections: the snapshot a gateway swaps atomically when its backend list changes.
@@ -17,6 +20,8 @@ type Ranker struct {
 	all     []Node   // deduplicated, in input order (what Nodes returns)
 	live    []Node   // the nodes of all with weight > 0
 	pre     []uint64 // live[i].pre, contiguous
+	iw      []uint64 // floor(sc/live[i].weight) if !uniform and len(live) <= packedMax
+	isc     float64  // 1/sc, sc = 2^26 × the smallest live weight
 	wmax    float64  // maxWeight(live): skipMax on above 2·packedMax live nodes
 	uniform bool     // all live weights are equal
 	cls     []wclass // weight classes if 2..maxClasses distinct live weights, else nil
@@ -56,7 +61,16 @@ func New(nodes []Node) (*Ranker, error) {
 		}
 	}
 	r.wmax = maxWeight(r.live)
-	if !r.uniform {
+	if !r.uniform && len(r.live) <= packedMax {
+		wmin := math.Inf(1)
+		for _, n := range r.live {
+			wmin = min(wmin, n.weight)
+		}
+		for _, n := range r.live {
+			r.iw = append(r.iw, uint64(0x1p26*(wmin/n.weight)))
+		}
+		r.isc = 0x1p-26 / wmin
+	} else if !r.uniform {
 		r.groupClasses()
 	}
 	return r, nil
@@ -73,6 +87,9 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
 // over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above). With
+// varied weights over up to 64 live nodes, Pick's branch-free weighted loop in integers
+// (one mix and two integer products per node over contiguous hashes and fixed-point
+// inverse weights, no division or conversion). Above 64 live nodes, with
 // 2 to 8 distinct weights and at least 8 live nodes per weight on average, the same
 // equal-weight loop per weight class (the score is increasing in u for a fixed weight)
 // and an exact comparison of the class winners: with classes of up to 64 nodes by
@@ -87,6 +104,11 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 		return Node{}, false
 	}
 	kp := premix(keyHash)
+	if r.iw != nil {
+		if i, ok := r.pickKeyed(kp); ok {
+			return live[i], true
+		}
+	}
 	if r.cls != nil {
 		return live[r.pickClasses(kp)], true
 	}

@@ -1,0 +1,171 @@
+package hrw
+
+import "math"
+
+// The weighted selection over up to packedMax nodes: a branch-free loop orders the
+// nodes by a lower bound of 1/s = -ln(u)/w taken with no logarithm, and a test after it
+// proves that the node with the smallest bound is the exact winner (the logarithmic
+// method of Schindelhauer and Schomaker, SPAA 2005, with ln replaced by bounds: the
+// placement is unchanged).
+//
+// Bounds. With x = 1-u in (0,1), -ln(u) = Σ_{k>=1} x^k/k with every term positive, so
+//
+//	x <= P(x) = x + x²/2 + x³/3 + x⁴/4 <= -ln(u) <= H(x) = P(x) + x⁵/(5(1-x)),
+//
+// since the terms from x⁵ on sum to at most x⁵/5·Σ x^j. (For x <= 1/2, 1/(5(1-x)) <= 0.4.)
+// The loops do not finish the mix: the top 31 bits t of the unfinished mix z are those of
+// the finished one (see mid), so with X = 2^31-1-t, X·2^-31 < x <= (X+1)·2^-31.
+// A node's key is k = X·r (first order) or k = 2^31·P(X·2^-31)·r, where r = 1/w in a
+// []Node (binary64; +Inf for weight 0, which then never has the smallest key) and
+// r = floor(2^26·wmin/w) in a [Ranker] (integer keys, every step rounded down). Either
+// way k <= 2^31·sc·(-ln u)/w·(1+ρ), with sc = 1 or 2^26·wmin and ρ <= 8·2^-53 for the
+// rounding of the binary64 operations. The low 6 bits of a packed key hold the index
+// (float keys are truncated there, integer keys shifted up), so that one unsigned
+// minimum finds the smallest key with its index, and a second one the runner-up.
+//
+// Proof of the winner. Let c own the smallest key and k2 be the runner-up's (truncated)
+// key; every other node's key is at least k2. If, with x_c = (X_c+1)·2^-31 >= 1-u_c,
+//
+//	H(x_c)·2^31·sc·(1+1e-9) < k2·w_c      (computed in binary64),
+//
+// then for every other node j: -ln(u_c)/w_c·(1+1e-9)(1-ρ') < k2/(2^31·sc) <=
+// k_j/(2^31·sc) <= -ln(u_j)/w_j·(1+ρ), with ρ' <= 16·2^-53 for the rounding of the test.
+// The computed scores differ from these by a few ulps (ln is accurate to 1 ulp, then one
+// division), and 1e-9 is about 10^6 times all of these, so ŝ_c > ŝ_j strictly: c is first
+// in the canonical order whatever the tie-breaks. The first-order keys prove the winner
+// unless the two smallest are within about x_c/2 of each other (12 % of the keys at 8
+// nodes with weights from 0.5 to 4, 1.7 % at 64); then the keys with P are taken
+// (within about x_c⁴/5), and if those fail too (0.5-0.8 % of the keys at 8 nodes, 0.01 %
+// at 64), or no weight is positive, the exact selection runs. The fuzz test checks the
+// bounds against math.Log over the whole range of u; the property tests check the
+// placement against the naive reference, with built near-ties.
+
+// keyIdx masks the index bits of a packed key.
+const keyIdx = packedMax - 1
+
+// minKey returns the smallest and second smallest packed first-order keys of nodes (at
+// most packedMax of them); ^0 stands for a missing node. Not inlined, so that c stays in
+// registers (see mixer).
+//
+//go:noinline
+func minKey(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
+	b, b2 = ^uint64(0), ^uint64(0)
+	for i := range nodes {
+		r := 1 / nodes[i].weight // ready long before x: off the critical path
+		v := math.Float64bits(float64(int64(lowX(c.mid(kp^nodes[i].pre))))*r)&^keyIdx | uint64(i)
+		b2 = min(b2, max(b, v))
+		b = min(b, v)
+	}
+	return b, b2
+}
+
+// minKeyP is minKey with the keys from P.
+//
+//go:noinline
+func minKeyP(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
+	b, b2 = ^uint64(0), ^uint64(0)
+	for i := range nodes {
+		r := 1 / nodes[i].weight
+		v := math.Float64bits(lowP(float64(int64(lowX(c.mid(kp^nodes[i].pre)))))*r)&^keyIdx | uint64(i)
+		b2 = min(b2, max(b, v))
+		b = min(b, v)
+	}
+	return b, b2
+}
+
+// minKeyFixed is minKey over a Ranker's contiguous hashes and fixed-point inverse
+// weights iw (integer keys).
+//
+//go:noinline
+func minKeyFixed(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
+	b, b2 = ^uint64(0), ^uint64(0)
+	iw = iw[:len(pre)]
+	for i, h := range pre {
+		v := lowX(c.mid(kp^h))*iw[i]<<6 | uint64(i)
+		b2 = min(b2, max(b, v))
+		b = min(b, v)
+	}
+	return b, b2
+}
+
+// minKeyFixedP is minKeyFixed with the keys from P.
+//
+//go:noinline
+func minKeyFixedP(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
+	b, b2 = ^uint64(0), ^uint64(0)
+	iw = iw[:len(pre)]
+	for i, h := range pre {
+		v := lowPFixed(lowX(c.mid(kp^h)))*iw[i]<<6 | uint64(i)
+		b2 = min(b2, max(b, v))
+		b = min(b, v)
+	}
+	return b, b2
+}
+
+// proven reports whether the node with premixed hash pre, owner of the smallest key,
+// provably wins against every node whose key is at least k2, the runner-up's key, for
+// t = k2·w/sc (w the node's weight, sc the keys' scale: see the proof above). It takes
+// 1-u <= (X+1)·2^-31, so that it needs no finished mix. False for w == 0 or k2 = NaN.
+func proven(kp, pre uint64, t float64) bool {
+	x := float64(int64(lowX(mid(kp^pre))+1)) * 0x1p-31
+	return upH(x) < t*(1/(0x1p31*(1+1e-9)))
+}
+
+// lowX returns X = 2^31-1-t for the top 31 bits t of a mid value z: 1-u lies in
+// (X·2^-31, (X+1)·2^-31].
+func lowX(z uint64) uint64 { return ^z >> 33 }
+
+// lowP returns 2^31·P(X·2^-31) for X as a float (rounded: see the proof above).
+func lowP(x float64) float64 {
+	x2 := x * x
+	return x + x2*(0x1p-32+x*(0x1p-62/3)+x2*0x1p-95)
+}
+
+// lowPFixed returns 2^31·P(X·2^-31) for X < 2^31, rounded down (below 2^32).
+func lowPFixed(x uint64) uint64 {
+	y := x * x >> 32 // 2^31·x²/2
+	z := x * y >> 32 // 2^31·x³/4
+	return x + y + z + z*0xaaaaaaab>>33 + y*y>>31
+}
+
+// upH returns H(x) for x in (0,1) (rounded: see the proof above; +Inf for x = 1).
+func upH(x float64) float64 {
+	r := 0.4 // >= 1/(5(1-x)) for x <= 1/2: no division on the usual path
+	if x > 0.5 {
+		r = 1 / (5 * (1 - x))
+	}
+	x2 := x * x
+	return x + x2*(0.5+x*(1.0/3)+x2*(0.25+x*r))
+}
+
+// pickKeyed is the weighted selection over at most packedMax nodes, with later duplicates
+// counted as distinct nodes; ok=false: not proven, run the exact selection.
+func pickKeyed(kp uint64, nodes []Node) (int, bool) {
+	b, b2 := minKey(kp, nodes, newMixer())
+	for p := false; ; p = true {
+		i := int(b & keyIdx)
+		if proven(kp, nodes[i].pre, math.Float64frombits(b2&^keyIdx)*nodes[i].weight) {
+			return i, true
+		}
+		if p {
+			return 0, false
+		}
+		b, b2 = minKeyP(kp, nodes, newMixer())
+	}
+}
+
+// pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most
+// packedMax; no duplicates).
+func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
+	b, b2 := minKeyFixed(kp, r.pre, r.iw, newMixer())
+	for p := false; ; p = true {
+		i := int(b & keyIdx)
+		if proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc) {
+			return i, true
+		}
+		if p {
+			return 0, false
+		}
+		b, b2 = minKeyFixedP(kp, r.pre, r.iw, newMixer())
+	}
+}

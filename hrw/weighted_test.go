@@ -1,0 +1,114 @@
+package hrw_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/hrw"
+)
+
+// checkKeyBounds checks the keyed selection's bounds of L = -ln(u) for the mid value z
+// against math.Log: X·2^-31 <= 2^-31·P <= L <= H((X+1)·2^-31) for every u, and, for
+// 1-u <= 1/2, H <= P·(1+x³/2) + 2^-29 (2^-29 for X vs X+1 and the integer floors): the
+// bounds are tight enough to prove winners.
+func checkKeyBounds(t *testing.T, z uint64) {
+	t.Helper()
+	kh := uint64(0x9e3779b97f4a7c15)
+	n := hrw.NodeWithMid("n", kh, z, 1)
+	u := hrw.Unit(hrw.Mix(kh, n.Hash()))
+	l := -math.Log(u)
+	lo1, loP, loPFixed, hi := hrw.KeyBounds(z)
+	const tiny = 1e-13 // far above the rounding of the bounds and of ln, far below 1e-9
+	if !(lo1*0x1p-31 <= l && loPFixed*0x1p-31 <= l*(1+tiny) && loP*0x1p-31 <= l*(1+tiny)) {
+		t.Fatalf("z=%#x u=%v: lower bounds %v %v %v above L=%v", z, u, lo1*0x1p-31, loP*0x1p-31, loPFixed*0x1p-31, l)
+	}
+	if !(loPFixed <= loP*(1+tiny) && lo1 <= loPFixed) {
+		t.Fatalf("z=%#x: bounds out of order: %v %v %v", z, lo1, loPFixed, loP)
+	}
+	if !(hi >= l*(1-tiny)) {
+		t.Fatalf("z=%#x u=%v: upper bound %v below L=%v", z, u, hi, l)
+	}
+	if x := (lo1 + 1) * 0x1p-31; x <= 0.5 && hi > loPFixed*0x1p-31*(1+x*x*x/2)+0x1p-29 {
+		t.Fatalf("z=%#x: bounds too loose: %v .. %v", z, loPFixed*0x1p-31, hi)
+	}
+}
+
+// FuzzKeyBounds checks the bounds over the whole range of u: tiny u (top bits of z
+// zero), u = 2^-54 (m = 0), u near 1 and u near 1/2.
+func FuzzKeyBounds(f *testing.F) {
+	for _, z := range []uint64{0, 1, 1<<33 - 1, 1 << 33, 1<<63 - 1, 1 << 63, 1<<64 - 1, 1<<64 - 1<<33,
+		1<<64 - 1<<34, 0x7fffffff << 33, 0x40000000 << 33, 0x3fffffff << 33, 0x5fffffff << 33} {
+		f.Add(z)
+	}
+	f.Fuzz(checkKeyBounds)
+}
+
+// TestKeyBoundsSweep runs checkKeyBounds on every top-31-bit value near the ends and
+// near u = 1/2, and on random mid values.
+func TestKeyBoundsSweep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 1))
+	for _, t0 := range []uint64{0, 1<<30 - 1<<11, 1<<31 - 1<<12} {
+		for d := range uint64(1 << 12) {
+			checkKeyBounds(t, (t0+d)<<33|rng.Uint64()&(1<<33-1))
+		}
+	}
+	for range 200000 {
+		checkKeyBounds(t, rng.Uint64())
+	}
+}
+
+// TestKeyedNearTies builds sets of 2 to 64 nodes with random weights where two nodes'
+// scores are equal up to a few units of m (u_b = u_a^(w_b/w_a), rounded and nudged), or
+// share m, and checks the keyed selection of Pick and of a Ranker: whenever it reports
+// a proven winner, that is the naive reference's; on random sets it proves most of them.
+func TestKeyedNearTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{2, 3, 8, 16, 64} {
+		for _, variant := range []string{"random", "near-tie", "equal m"} {
+			t.Run(fmt.Sprintf("n=%d/%s", n, variant), func(t *testing.T) {
+				proven := 0
+				const trials = 400
+				for trial := range trials {
+					kh := rng.Uint64()
+					nodes := make([]hrw.Node, n)
+					for i := range nodes {
+						nodes[i] = hrw.NodeWithMid(fmt.Sprintf("b%d", i), kh, rng.Uint64(), 0.5+3.5*rng.Float64())
+					}
+					a := rng.IntN(n)
+					b := (a + 1 + rng.IntN(n-1)) % n
+					wa, wb := nodes[a].Weight(), nodes[b].Weight()
+					ma := 1<<53 - 1 - rng.Uint64N(uint64(1<<53)/uint64(2*n))
+					switch variant {
+					case "near-tie":
+						ua := float64(ma) * 0x1p-53
+						mb := int64(math.Round(math.Exp(wb/wa*math.Log(ua))*0x1p53)) + rng.Int64N(5) - 2
+						nodes[a] = hrw.NodeWithM("ta", kh, ma, rng.Uint64(), wa)
+						nodes[b] = hrw.NodeWithM("tb", kh, uint64(min(max(mb, 1), 1<<53-1)), rng.Uint64(), wb)
+					case "equal m":
+						nodes[a] = hrw.NodeWithM("ta", kh, ma, rng.Uint64(), wa)
+						nodes[b] = hrw.NodeWithM("tb", kh, ma, rng.Uint64(), wb)
+					}
+					want := refPick(kh, nodes)
+					for _, ranker := range []bool{false, true} {
+						if got, ok := hrw.PickKeyed(kh, nodes, ranker); ok {
+							require.Equal(t, want, got, "trial %d ranker=%v", trial, ranker)
+							proven++
+						}
+					}
+					require.Equal(t, want, hrw.Pick(kh, nodes), "Pick trial %d", trial)
+					r, err := hrw.New(nodes)
+					require.NoError(t, err)
+					got, _ := r.Pick(kh)
+					require.Equal(t, nodes[want], got, "Ranker.Pick trial %d", trial)
+				}
+				if variant == "random" && n >= 8 {
+					require.Greater(t, proven, 2*trials*9/10, "the keyed selection should prove most winners")
+				}
+			})
+		}
+	}
+}
