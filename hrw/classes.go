@@ -17,11 +17,13 @@ import (
 
 // maxClasses is the largest number of distinct live weights for which a Ranker picks by
 // class; above it the weighted selection of Pick (bounds per escaping node) is used.
+// Up to packedMax live nodes a Ranker never picks by class: the keyed selection
+// (weighted.go) is faster there.
 const maxClasses = 8
 
-// minClassSize is the smallest average class size for which a Ranker picks by class: at
-// 8 nodes in 3 classes the weighted selection of Pick was 10 % faster (the per-class
-// loops and the comparison of their winners cost more than the escaping nodes' bounds).
+// minClassSize is the smallest average class size for which a Ranker picks by class
+// (fewer nodes per class: the per-class loops and the comparison of their winners cost
+// more than the escaping nodes' bounds of the weighted selection).
 const minClassSize = 8
 
 // wclass is one weight class of a Ranker: its weight and the end of its range in
@@ -53,9 +55,7 @@ func (r *Ranker) groupClasses() {
 	r.cls = make([]wclass, 0, len(ws))
 	r.cpre = make([]uint64, 0, len(r.live))
 	r.cid = make([]int32, 0, len(r.live))
-	r.small = true
 	for _, w := range ws {
-		start := len(r.cpre)
 		for i := range r.live {
 			if r.live[i].weight == w {
 				r.cpre = append(r.cpre, r.live[i].pre)
@@ -63,7 +63,6 @@ func (r *Ranker) groupClasses() {
 			}
 		}
 		r.cls = append(r.cls, wclass{w: w, end: len(r.cpre)})
-		r.small = r.small && len(r.cpre)-start <= packedMax
 	}
 }
 
@@ -84,11 +83,6 @@ func contains(ws []float64, w float64) bool {
 // pass and no bound. The IDs in a Ranker are distinct, so (score, m, ID) orders any two
 // nodes.
 func (r *Ranker) pickClasses(kp uint64) int {
-	if r.small {
-		if i, ok := r.pickSmall(kp); ok {
-			return i
-		}
-	}
 	var l leader
 	bi, s := -1, 0
 	for _, c := range r.cls {
@@ -139,49 +133,4 @@ func (r *Ranker) classMax(kp uint64, s, e int, lim uint64) (int, uint64) {
 			bi, bz = i, z
 		}
 	}
-}
-
-// pickSmall is pickClasses when every class has at most packedMax nodes, with no
-// logarithm, division or square root on its usual path: the branch-free loop of the
-// equal weights finds each class's winner; with x = 1-u, the series
-// -ln(1-x) = x + x²/2 + x³/3 + ... gives, from its first four terms, a lower bound
-// P(x) of -ln(u) and, for x <= 1/2, the upper bound P(x) + 0.4·x⁵ (the rest is at most
-// x⁵/(5(1-x))). The class winner c with the smallest P/w is the candidate; it wins if
-// every other class winner j provably scores below it, w_j/P(x_j) < w_c/(P(x_c)+0.4·x_c⁵)
-// (cross-multiplied, with the relative margin 1e-9 that covers rounding in the computed
-// scores, as pruneMargin does). ok=false (two nodes of a class may tie on the top 31
-// bits, x_c > 1/2, or two winners are too close): the caller runs the exact selection.
-func (r *Ranker) pickSmall(kp uint64) (int, bool) {
-	var p [maxClasses]int
-	var lo [maxClasses]float64 // P(x_j), a lower bound of -ln(u_j)
-	s := 0
-	for j, c := range r.cls {
-		i, ok := maxPacked(kp, r.cpre[s:c.end], newMixer())
-		if !ok {
-			return 0, false
-		}
-		p[j], s = s+i, c.end
-	}
-	for j := range r.cls {
-		x := float64(int64(1<<53-finish(kp^r.cpre[p[j]])>>11)) * 0x1p-53 // 1-u, exact
-		lo[j] = x * (1 + x*(0.5+x*(1.0/3+x*0.25)))
-	}
-	c := 0
-	for j := 1; j < len(r.cls); j++ {
-		if lo[j]*r.cls[c].w < lo[c]*r.cls[j].w { // w_j/P_j > w_c/P_c
-			c = j
-		}
-	}
-	x := float64(int64(1<<53-finish(kp^r.cpre[p[c]])>>11)) * 0x1p-53
-	if x > 0.5 {
-		return 0, false
-	}
-	hi := (lo[c] + 0.4*x*x*x*x*x) * (1 + 1e-9) // an upper bound of -ln(u_c), widened
-	wc := r.cls[c].w
-	for j := range r.cls {
-		if j != c && !(r.cls[j].w*hi < wc*lo[j]) {
-			return 0, false
-		}
-	}
-	return int(r.cid[p[c]]), true
 }

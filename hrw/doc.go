@@ -88,12 +88,11 @@
 // 1-u > (2^31-1-t)·2^-31, one conversion and one product per node; a [Ranker] over more
 // than 128 nodes first passes over, with one integer compare each, the nodes that this
 // test would skip even with the set's largest weight.)
-// A [Ranker] whose nodes carry 2 to 8 distinct weights (at least 8 nodes per weight on
-// average) groups them into weight classes: for a fixed w the score is strictly
-// increasing in u, so each class's winner is its equal-weight winner (largest m, then
-// smallest ID), found by the equal-weight loop, and only the k class winners are
-// compared by score, with ln-free bounds from the series of -ln(1-x) and ln only when
-// two are within about x⁵ of each other.
+// A [Ranker] over more than 64 nodes that carry 2 to 8 distinct weights (at least 8
+// nodes per weight on average) groups them into weight classes: for a fixed w the score
+// is strictly increasing in u, so each class's winner is its equal-weight winner
+// (largest m, then smallest ID), found by the equal-weight loop, and only the k class
+// winners are compared by score (the two-sided bounds below, ln on near-ties).
 // The relative margin 1e-9 is about a million times larger than the rounding error of
 // ln, the division and the two products, so a skipped node's computed score is always
 // strictly below s_best and the result is identical to computing every score and

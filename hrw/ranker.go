@@ -27,7 +27,6 @@ type Ranker struct {
 	cls     []wclass // weight classes if 2..maxClasses distinct live weights, else nil
 	cpre    []uint64 // live hashes grouped by class (see groupClasses)
 	cid     []int32  // cpre position -> index in live
-	small   bool     // cls != nil and no class has more than packedMax nodes
 }
 
 // New returns a Ranker over nodes. Every node must have a non-empty ID ([ErrEmptyID],
@@ -92,9 +91,9 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // inverse weights, no division or conversion). Above 64 live nodes, with
 // 2 to 8 distinct weights and at least 8 live nodes per weight on average, the same
 // equal-weight loop per weight class (the score is increasing in u for a fixed weight)
-// and an exact comparison of the class winners: with classes of up to 64 nodes by
-// ln-free series bounds (multiplications only), larger classes scanned with an integer
-// limit from the leader's score so that a class that cannot win costs one pass. With
+// and an exact comparison of the class winners, classes of more than 64 nodes scanned
+// with an integer limit from the leader's score so that a class that cannot win costs
+// one pass. With
 // other varied weights as [Pick] without the duplicate scan, and above 128 live nodes one
 // integer compare per node that cannot win even with the set's largest weight (the
 // conversion and product of the weighted scan only for the others).
