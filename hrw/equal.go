@@ -10,10 +10,11 @@ import "unsafe"
 // wins.
 const packedMax = 64
 
-// pickEqual is Pick's equal-weight selection over premixed key kp. ok=false means the
-// weights are not all equal and positive, or two nodes may tie: the caller must use
-// pickGeneral. Up to packedMax nodes it runs a branch-free loop: the packed value v is
-// the node's mid value with its 33 low bits replaced by the index, so the largest v has
+// pickEqual is Pick's equal-weight selection over premixed key kp for up to packedMax
+// nodes (a leaf: no stack frame). ok=false means more nodes, weights that are not all
+// equal and positive, or two nodes that may tie: the caller goes on with pickWeighted.
+// It runs a branch-free loop: the packed value v is the node's mid value with its 33
+// low bits replaced by the index, so the largest v has
 // the largest top 31 bits, hence the largest m, and its index. s2 is the second largest
 // v; if it shares the top 31 bits with the largest, ok=false (about n·2^-31 of the
 // keys). c carries the constants (see mixer); not inlined, so that they stay variables.
@@ -24,11 +25,8 @@ func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 		return -1, true
 	}
 	w0 := wbits(&nodes[0])
-	if w0 == 0 || wbits(&nodes[len(nodes)-1]) != w0 {
+	if w0 == 0 || wbits(&nodes[len(nodes)-1]) != w0 || len(nodes) > packedMax {
 		return 0, false // (the last node's weight: varied weights leave at once)
-	}
-	if len(nodes) > packedMax {
-		return maxUnrolled(kp, nodes, w0)
 	}
 	var bv, s2 uint64
 	for i := range nodes {

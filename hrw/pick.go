@@ -31,8 +31,16 @@ func Pick(keyHash uint64, nodes []Node) int {
 	return pickWeighted(premix(keyHash), nodes)
 }
 
-// pickWeighted is Pick after pickEqual declined (out of line, so that Pick inlines).
+// pickWeighted is Pick after pickEqual declined (out of line, so that Pick inlines):
+// the equal-weight loop for more than packedMax nodes, then the weighted selections.
 func pickWeighted(kp uint64, nodes []Node) int {
+	if len(nodes) > packedMax {
+		if w0 := wbits(&nodes[0]); w0 != 0 && wbits(&nodes[len(nodes)-1]) == w0 {
+			if i, ok := maxUnrolled(kp, nodes, w0); ok {
+				return i
+			}
+		}
+	}
 	if len(nodes) <= packedMax {
 		if i, ok := pickKeyed(kp, nodes); ok {
 			return dedup(kp, nodes, nil, i)
