@@ -86,17 +86,18 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // has no node with a positive weight. Same result as [Pick] over the nodes given to [New].
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
 // over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above). With
-// varied weights over up to 64 live nodes, Pick's branch-free weighted loop in integers
-// (one mix and two integer products per node over contiguous hashes and fixed-point
-// inverse weights, no division or conversion). Above 64 live nodes, with
-// 2 to 8 distinct weights and at least 8 live nodes per weight on average, the same
-// equal-weight loop per weight class (the score is increasing in u for a fixed weight)
-// and an exact comparison of the class winners, classes of more than 64 nodes scanned
-// with an integer limit from the leader's score so that a class that cannot win costs
-// one pass. With
-// other varied weights as [Pick] without the duplicate scan, and above 128 live nodes one
-// integer compare per node that cannot win even with the set's largest weight (the
-// conversion and product of the weighted scan only for the others).
+// varied weights over up to 64 live nodes, the branch-free keyed selection of [Pick] in
+// integers: one mix and one integer product per node over the contiguous hashes and
+// fixed-point inverse weights prepared by [New] (no division, no conversion), a second
+// pass with a short polynomial on about 12 % of the keys at 8 nodes (2 % at 64), the
+// exact selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
+// least 8 live nodes per weight on average, the equal-weight loop per weight class (the
+// score is increasing in u for a fixed weight) and an exact comparison of the class
+// winners, classes of more than 64 nodes scanned with an integer limit from the leader's
+// score so that a class that cannot win costs one pass. With other varied weights as
+// [Pick] without the duplicate scan, and above 128 live nodes one integer compare per
+// node that cannot win even with the set's largest weight (the conversion and product
+// of the weighted scan only for the others).
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	live := r.live
 	if len(live) == 0 {
