@@ -20,7 +20,8 @@ func replicas(t *testing.T, n int, retryAfter float64) ([]*cluster, *redistest.S
 	t.Helper()
 	srv := redistest.Start(t)
 	backends := map[string]*backendServer{}
-	cfg := gateway.Config{Store: &redisstore.Config{Address: srv.Addr(), Prefix: "e2e:" + t.Name() + ":", RetryAfterSeconds: retryAfter}}
+	cfg := gateway.Config{Store: &redisstore.Config{Address: srv.Addr(), Prefix: "e2e:" + t.Name() + ":", RetryAfterSeconds: retryAfter,
+		TimeoutSeconds: 2}} // not the 50 ms default: these tests check sharing, and a loaded CI machine can exceed 50 ms
 	for i := range 3 {
 		b := startBackend(t, fmt.Sprintf("b%d", i+1))
 		backends[b.id] = b
