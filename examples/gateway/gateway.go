@@ -67,6 +67,7 @@ type Gateway struct {
 	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
 
 	requests *prometheus.CounterVec // MetricRequests (metrics.go)
+	outcomes outcomeCounters        // its children by code class and source (metrics.go)
 	outliers *outliers              // passive outlier detection (outlier.go)
 	limits   limiter                // requests and bytes in flight (limits.go)
 	now      func() time.Time

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -39,6 +40,7 @@ func (g *Gateway) registerGatewayMetrics() error {
 	}
 	g.requests.WithLabelValues("4xx", "gateway")
 	g.requests.WithLabelValues("5xx", "gateway")
+	g.outcomes.vec = g.requests
 	if err := g.reg.Register(g.requests); err != nil {
 		return err
 	}
@@ -148,15 +150,41 @@ func (w *outcomeWriter) Flush() { _ = http.NewResponseController(w.ResponseWrite
 // Unwrap returns the underlying writer (for http.ResponseController).
 func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// countOutcome adds the request to MetricRequests.
+// codeClasses are the code_class values of MetricRequests by index: 1xx..5xx at 1..5,
+// client_closed at 0.
+var codeClasses = [...]string{"client_closed", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// outcomeCounters caches the children of MetricRequests by code class and source, so
+// that counting a request neither builds a label string nor hashes label values (the
+// CounterVec lookup costs about as much as the rest of the metrics path). A child is
+// made on first use, so only the series that occurred (and the ones
+// registerGatewayMetrics made up front) are exported. Safe for concurrent use.
+type outcomeCounters struct {
+	vec   *prometheus.CounterVec
+	cells [len(codeClasses)][2]outcomeCell // [class][0: backend, 1: gateway]
+}
+
+type outcomeCell struct {
+	once sync.Once
+	c    prometheus.Counter
+}
+
+// get returns the counter of class index ci and source gateway (true) or backend.
+func (o *outcomeCounters) get(ci int, gateway bool) prometheus.Counter {
+	si, source := 0, "backend"
+	if gateway {
+		si, source = 1, "gateway"
+	}
+	cell := &o.cells[ci][si]
+	cell.once.Do(func() { cell.c = o.vec.WithLabelValues(codeClasses[ci], source) })
+	return cell.c
+}
+
+// countOutcome adds the request to MetricRequests. 0 allocs.
 func (g *Gateway) countOutcome(w *outcomeWriter) {
-	class := "client_closed"
+	ci := 0 // client_closed
 	if w.code >= 100 && w.code < 600 {
-		class = string(rune('0'+w.code/100)) + "xx"
+		ci = w.code / 100
 	}
-	source := "backend"
-	if w.gateway {
-		source = "gateway"
-	}
-	g.requests.WithLabelValues(class, source).Inc()
+	g.outcomes.get(ci, w.gateway).Inc()
 }
