@@ -93,7 +93,18 @@ func newDirectTransport(t TimeoutsConfig) *directTransport {
 // closed earlier. Errors: the dial's (*net.OpError), the write's or the read's, or the
 // context's cause when req's context ended first.
 func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req, nil)
+}
+
+// roundTrip is RoundTrip that also records in a (when not nil) what an attempt's
+// httptrace hooks would: whether the connection was reused and whether the whole
+// request was written. The gateway's attempt calls it directly, which saves composing a
+// ClientTrace into the request context (an allocation and a context per attempt).
+func (t *directTransport) roundTrip(req *http.Request, a *attemptInfo) (*http.Response, error) {
 	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || req.Header.Get("Expect") != "" {
+		if a != nil {
+			req = req.WithContext(a.traced(req.Context()))
+		}
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
@@ -113,6 +124,9 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.br = bufio.NewReaderSize(&c.in, 16<<10)
 		c.bw = bufio.NewWriterSize(&c.out, 16<<10)
 	}
+	if a != nil {
+		a.reused.Store(reused)
+	}
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: c.Conn, Reused: reused})
 	}
@@ -121,6 +135,9 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	err := req.Write(c.bw) // closes req.Body
 	if err == nil {
 		err = c.bw.Flush()
+	}
+	if a != nil && err == nil {
+		a.wrote.Store(true)
 	}
 	if trace != nil && trace.WroteRequest != nil {
 		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -102,6 +103,19 @@ type attemptInfo struct {
 	wrote  atomic.Bool // the whole request was written without error
 }
 
+// traced returns ctx with an httptrace.ClientTrace that records into a (for transports
+// other than the directTransport, which records into a directly).
+func (a *attemptInfo) traced(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				a.wrote.Store(true)
+			}
+		},
+	})
+}
+
 // neverWritten reports whether the backend cannot have received the whole request.
 func (a *attemptInfo) neverWritten() bool { return !a.wrote.Load() }
 
@@ -131,67 +145,141 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
 	a := &attemptInfo{}
 	ctx, cancel := context.WithCancelCause(req.Context())
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
-		WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil {
-				a.wrote.Store(true)
-			}
-		},
-	})
-	hdr := duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds)
-	timer := time.AfterFunc(hdr, func() {
-		cancel(&timeoutError{backend: b.id, what: "sent no response headers within", d: hdr})
-	})
-	resp, err := g.base.RoundTrip(req.WithContext(ctx))
-	if !timer.Stop() {
-		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) {
-			if err == nil {
-				_ = resp.Body.Close()
-			}
-			cancel(nil)
-			return nil, a, cause
-		}
+	at := &attemptTimer{g: g, backend: b.id, cancel: cancel, start: time.Now(),
+		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
+	at.arm()
+	var resp *http.Response
+	var err error
+	if dt, ok := g.base.(*directTransport); ok {
+		resp, err = dt.roundTrip(req.WithContext(ctx), a) // records into a itself
+	} else {
+		ctx = a.traced(ctx)
+		resp, err = g.base.RoundTrip(req.WithContext(ctx))
 	}
 	if err != nil {
+		at.stop()
+		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) {
+			err = cause
+		}
 		cancel(nil)
 		return nil, a, err
+	}
+	if !at.headersDone() { // the header bound fired as the headers arrived
+		_ = resp.Body.Close()
+		cancel(nil)
+		return nil, a, at.fired
 	}
 	if resp.StatusCode >= 500 {
 		g.outliers.failure(b.id, status5xx, fmt.Errorf("HTTP %d", resp.StatusCode))
 	} else {
 		g.outliers.success(b.id)
 	}
-	idle := duration(st.rt.cfg.Timeouts.StreamIdleSeconds)
-	body := &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, d: idle}
-	body.timer = time.AfterFunc(idle, func() {
-		terr := &timeoutError{backend: b.id, what: "sent nothing mid-response for", d: idle}
-		g.log.Warn("backend stream stalled", "backend", b.id, "idle", idle)
-		g.outliers.failure(b.id, connectFailure, terr) // before the cut is visible
-		cancel(terr)
-	})
-	body.timer.Stop() // armed only while a Read waits on the backend
-	resp.Body = body
+	resp.Body = &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at}
 	return resp, a, nil
 }
 
-// idleBody aborts a response body when one Read waits on the backend for d: the timer
-// runs only during a Read, so a slow client (the proxy blocked writing to it) is never
-// blamed on the backend. When it fires, the attempt's context is cancelled and reads
-// return an error wrapping [ErrBackendTimeout].
+// attemptTimer is the one runtime timer of an attempt, for both of its bounds. Until
+// the response headers arrive it fires after response_header_seconds and cancels the
+// attempt. After that it bounds each response-body Read to stream_idle_seconds without
+// being reset per Read: a Read records when it began (readStart), and the timer, when it
+// fires, cuts the response only if a Read has been waiting on the backend that long;
+// otherwise it re-arms for the time left (a full period when no Read is waiting: a
+// slow client, the proxy blocked writing to it, is never blamed on the backend). Resetting
+// a runtime timer around every Read cost two timer updates per chunk, and each can wake
+// an idle thread to watch the new timer; arming once per attempt does not.
+type attemptTimer struct {
+	g         *Gateway
+	backend   string
+	cancel    context.CancelCauseFunc
+	hdr, idle time.Duration
+	start     time.Time    // monotonic reference of readStart
+	readStart atomic.Int64 // 1 + ns since start when the waiting Read began; 0: no Read waiting
+
+	mu    sync.Mutex
+	t     *time.Timer
+	body  bool  // the headers arrived: the idle bound applies
+	ended bool  // fired for good or stopped
+	fired error // the bound that fired, if one did
+}
+
+// arm starts the response-header bound.
+func (at *attemptTimer) arm() {
+	at.mu.Lock()
+	at.t = time.AfterFunc(at.hdr, at.fire)
+	at.mu.Unlock()
+}
+
+// headersDone switches to the body bound; false if the header bound already fired.
+func (at *attemptTimer) headersDone() bool {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	if at.ended {
+		return false
+	}
+	at.body = true
+	at.t.Reset(at.idle)
+	return true
+}
+
+// stop ends the timer; it never fires afterwards.
+func (at *attemptTimer) stop() {
+	at.mu.Lock()
+	at.ended = true
+	at.t.Stop()
+	at.mu.Unlock()
+}
+
+// beginRead and endRead bracket a body Read that waits on the backend.
+func (at *attemptTimer) beginRead() { at.readStart.Store(1 + int64(time.Since(at.start))) }
+func (at *attemptTimer) endRead()   { at.readStart.Store(0) }
+
+// fire applies the bound of the current phase (see attemptTimer).
+func (at *attemptTimer) fire() {
+	at.mu.Lock()
+	if at.ended {
+		at.mu.Unlock()
+		return
+	}
+	if !at.body {
+		terr := &timeoutError{backend: at.backend, what: "sent no response headers within", d: at.hdr}
+		at.ended, at.fired = true, terr
+		at.mu.Unlock()
+		at.cancel(terr)
+		return
+	}
+	wait := at.idle
+	if rs := at.readStart.Load(); rs != 0 {
+		waited := time.Since(at.start) - time.Duration(rs-1)
+		if waited >= at.idle {
+			terr := &timeoutError{backend: at.backend, what: "sent nothing mid-response for", d: at.idle}
+			at.ended, at.fired = true, terr
+			at.mu.Unlock()
+			at.g.log.Warn("backend stream stalled", "backend", at.backend, "idle", at.idle)
+			at.g.outliers.failure(at.backend, connectFailure, terr) // before the cut is visible
+			at.cancel(terr)
+			return
+		}
+		wait = at.idle - waited
+	}
+	at.t.Reset(wait)
+	at.mu.Unlock()
+}
+
+// idleBody is a response body under its attempt's stream-idle bound (attemptTimer).
+// When the bound is hit, the attempt's context is cancelled and reads return an error
+// wrapping [ErrBackendTimeout].
 type idleBody struct {
 	rc     io.ReadCloser
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
-	d      time.Duration
+	at     *attemptTimer
 }
 
-// Read reads from the backend's body with the idle timer armed.
+// Read reads from the backend's body with the idle bound applied.
 func (b *idleBody) Read(p []byte) (int, error) {
-	b.timer.Reset(b.d)
+	b.at.beginRead()
 	n, err := b.rc.Read(p)
-	b.timer.Stop()
+	b.at.endRead()
 	if err != nil && err != io.EOF {
 		if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) {
 			err = cause
@@ -225,7 +313,7 @@ func (e *timeoutError) Temporary() bool { return false }
 
 // Close stops the timer, closes the backend's body and releases the attempt's context.
 func (b *idleBody) Close() error {
-	b.timer.Stop()
+	b.at.stop()
 	err := b.rc.Close()
 	b.cancel(nil)
 	return err
