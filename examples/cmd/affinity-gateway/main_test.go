@@ -149,3 +149,16 @@ func TestActiveHealth(t *testing.T) {
 		})
 	}
 }
+
+// -gomaxprocs: a negative value is refused before anything starts; a positive one sets
+// runtime.GOMAXPROCS for the process.
+func TestGOMAXPROCSFlag(t *testing.T) {
+	err := run([]string{"-gomaxprocs", "-1", "-config", "does-not-exist.yaml"}, io.Discard)
+	require.ErrorContains(t, err, "-gomaxprocs: -1")
+	prev := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	want := prev + 1
+	err = run([]string{"-gomaxprocs", fmt.Sprint(want), "-config", "does-not-exist.yaml"}, io.Discard)
+	require.Error(t, err, "no such config file")
+	require.Equal(t, want, runtime.GOMAXPROCS(0))
+}
