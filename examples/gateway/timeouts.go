@@ -174,7 +174,8 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 	} else {
 		g.outliers.success(b.id)
 	}
-	resp.Body = &idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at}
+	at.rd = idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at} // no allocation of its own
+	resp.Body = &at.rd
 	return resp, a, nil
 }
 
@@ -205,6 +206,8 @@ type attemptTimer struct {
 	body  bool  // the headers arrived: the idle bound applies
 	ended bool  // fired for good or stopped
 	fired error // the bound that fired, if one did
+
+	rd idleBody // the response body, once the headers arrived
 }
 
 // arm starts the timer (the response-header phase).
