@@ -18,7 +18,7 @@
 //     prefill/decode); 20,000 small requests at concurrency 32 (req/s, proxy CPU per
 //     request from /proc/<pid>/stat utime+stime of the proxy and its worker processes)
 //     and 2,000 at concurrency 1 (added latency: p50 through the proxy minus p50
-//     straight to a simulator).
+//     straight to a simulator; the two alternate in 10 blocks of 200).
 //
 // Everything listens on 127.0.0.1; every process it starts is stopped by its PID.
 // The numbers are simulator numbers on whatever machine runs it: compare the ratios.
@@ -319,6 +319,10 @@ func median[T int64 | float64 | time.Duration](xs []T) T {
 	return s[len(s)/2]
 }
 
+// c1Blocks is how many alternating blocks the 2,000 direct and 2,000 proxied requests
+// at concurrency 1 are sent in.
+const c1Blocks = 10
+
 func overhead(ctx context.Context, k proxyKind, dir string, o *overheadSamples, n int) error {
 	noSleep := fakevllm.WithSleep(func(ctx context.Context, _ time.Duration) error { return ctx.Err() })
 	return withProxy(ctx, k, dir, 3, fakevllm.Config{MaxConcurrent: 64, DefaultMaxTokens: 1}, []fakevllm.Option{noSleep},
@@ -335,8 +339,14 @@ func overhead(ctx context.Context, k proxyKind, dir string, o *overheadSamples, 
 				return err
 			}
 			cpu := time.Duration(c1-c0) * time.Second / clockTicks
-			_, direct, _ := overheadLoad(ctx, bs[0].url(), 1, 2000, 1000)
-			_, proxied, _ := overheadLoad(ctx, target, 1, 2000, 1000)
+			// c=1: direct and proxied alternate in blocks, so that load drifting on the
+			// machine over the seconds of the run shifts both alike.
+			var direct, proxied []time.Duration
+			for range c1Blocks {
+				_, d, _ := overheadLoad(ctx, bs[0].url(), 1, 2000/c1Blocks, 1000)
+				_, p, _ := overheadLoad(ctx, target, 1, 2000/c1Blocks, 1000)
+				direct, proxied = append(direct, d...), append(proxied, p...)
+			}
 			o.rps = append(o.rps, float64(n)/wall.Seconds())
 			o.cpu = append(o.cpu, cpu/time.Duration(n))
 			o.added = append(o.added, percentile(proxied, 50)-percentile(direct, 50))
