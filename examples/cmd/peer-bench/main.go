@@ -18,7 +18,8 @@
 //     prefill/decode); 20,000 small requests at concurrency 32 (req/s, proxy CPU per
 //     request from /proc/<pid>/stat utime+stime of the proxy and its worker processes)
 //     and 2,000 at concurrency 1 (added latency: p50 through the proxy minus p50
-//     straight to a simulator; the two alternate in 10 blocks of 200).
+//     straight to a simulator; the two alternate in 10 blocks of 200), with the proxy's
+//     context switches and CPU time per request at c=1 (all its threads and workers).
 //
 // Everything listens on 127.0.0.1; every process it starts is stopped by its PID.
 // The numbers are simulator numbers on whatever machine runs it: compare the ratios.
@@ -297,16 +298,22 @@ func scaleOut(ctx context.Context, k proxyKind, dir string, tab *table) error {
 
 // overheadSamples collects the overhead runs of one proxy.
 type overheadSamples struct {
-	rps    []float64
-	cpu    []time.Duration // per request
-	added  []time.Duration // p50 through the proxy minus p50 direct, c=1
-	failed int
+	rps   []float64
+	cpu   []time.Duration // per request
+	added []time.Duration // p50 through the proxy minus p50 direct, c=1
+	// c=1, per proxied request: context switches and CPU time of the proxy's threads
+	// (the mechanism behind added latency, and steadier than it on a busy machine)
+	c1Switches []float64
+	c1CPU      []time.Duration
+	failed     int
 }
 
 func (o *overheadSamples) report(name string, tab *table) {
 	tab.set(name, "overhead: req/s at c=32 (median of runs)", num(median(o.rps)), true)
 	tab.set(name, "overhead: proxy CPU per request (median)", us(median(o.cpu)), false)
 	tab.set(name, "overhead: added latency p50 at c=1 (median)", us(median(o.added)), false)
+	tab.set(name, "overhead: proxy context switches per request at c=1 (median)", dec(median(o.c1Switches)), false)
+	tab.set(name, "overhead: proxy CPU per request at c=1 (median)", us(median(o.c1CPU)), false)
 	tab.set(name, "overhead: client errors", count(o.failed), false)
 }
 
@@ -342,14 +349,18 @@ func overhead(ctx context.Context, k proxyKind, dir string, o *overheadSamples, 
 			// c=1: direct and proxied alternate in blocks, so that load drifting on the
 			// machine over the seconds of the run shifts both alike.
 			var direct, proxied []time.Duration
+			sw0, cpu0 := p.threadCounters()
 			for range c1Blocks {
 				_, d, _ := overheadLoad(ctx, bs[0].url(), 1, 2000/c1Blocks, 1000)
-				_, p, _ := overheadLoad(ctx, target, 1, 2000/c1Blocks, 1000)
-				direct, proxied = append(direct, d...), append(proxied, p...)
+				_, px, _ := overheadLoad(ctx, target, 1, 2000/c1Blocks, 1000)
+				direct, proxied = append(direct, d...), append(proxied, px...)
 			}
+			sw1, cpu1 := p.threadCounters()
 			o.rps = append(o.rps, float64(n)/wall.Seconds())
 			o.cpu = append(o.cpu, cpu/time.Duration(n))
 			o.added = append(o.added, percentile(proxied, 50)-percentile(direct, 50))
+			o.c1Switches = append(o.c1Switches, float64(sw1-sw0)/float64(len(proxied)))
+			o.c1CPU = append(o.c1CPU, (cpu1-cpu0)/time.Duration(len(proxied)))
 			o.failed += failed
 			return nil
 		})

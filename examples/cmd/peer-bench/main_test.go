@@ -92,3 +92,24 @@ func TestBackendKillAndRestart(t *testing.T) {
 	require.NoError(t, get())
 	assert.NotSame(t, old, b.sim, "a restarted backend has a fresh simulator (cold cache)")
 }
+
+func TestThreadCounterParsers(t *testing.T) {
+	status := "Name:\tgateway\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n"
+	tests := []struct {
+		name      string
+		status    string
+		schedstat string
+		switches  uint64
+		cpu       time.Duration
+	}{
+		{"both fields", status, "123456789 1000 42\n", 157, 123456789 * time.Nanosecond},
+		{"missing fields, empty schedstat", "Name:\tx\n", "", 0, 0},
+		{"only voluntary", "voluntary_ctxt_switches:\t3\n", "5 0 0", 3, 5 * time.Nanosecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.switches, parseSwitches(tt.status))
+			assert.Equal(t, tt.cpu, parseSchedstat(tt.schedstat))
+		})
+	}
+}

@@ -173,6 +173,51 @@ func (p *proc) cpuTicks() (uint64, error) {
 	return total, nil
 }
 
+// threadCounters returns, summed over every thread of the process and of its live
+// children, the context switches (voluntary and involuntary, /proc/<pid>/task/*/status)
+// and the time on a CPU (/proc/<pid>/task/*/schedstat, nanoseconds: finer than the
+// clock ticks of cpuTicks). Threads that exit between two readings drop out.
+func (p *proc) threadCounters() (switches uint64, cpu time.Duration) {
+	for _, pid := range append([]int{p.cmd.Process.Pid}, childPIDs(p.cmd.Process.Pid)...) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*", pid))
+		for _, task := range tasks {
+			if data, err := os.ReadFile(filepath.Join(task, "status")); err == nil {
+				switches += parseSwitches(string(data))
+			}
+			if data, err := os.ReadFile(filepath.Join(task, "schedstat")); err == nil {
+				cpu += parseSchedstat(string(data))
+			}
+		}
+	}
+	return switches, cpu
+}
+
+// parseSwitches returns voluntary_ctxt_switches + nonvoluntary_ctxt_switches of a
+// /proc status file (0 for a field that is missing).
+func parseSwitches(status string) uint64 {
+	var n uint64
+	for line := range strings.Lines(status) {
+		for _, key := range [...]string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+			if v, ok := strings.CutPrefix(line, key); ok {
+				k, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
+// parseSchedstat returns the first field of a /proc schedstat file: time spent on a CPU
+// in nanoseconds (0 if unreadable).
+func parseSchedstat(s string) time.Duration {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return 0
+	}
+	ns, _ := strconv.ParseUint(f[0], 10, 64)
+	return time.Duration(ns)
+}
+
 func statTicks(pid int) (uint64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

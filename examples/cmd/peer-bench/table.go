@@ -60,6 +60,7 @@ func ms(d time.Duration) cell { return cell{float64(d), fmt.Sprintf("%.1f ms", f
 func us(d time.Duration) cell { return cell{float64(d), fmt.Sprintf("%.0f µs", float64(d)/1e3)} }
 func count(n int) cell        { return cell{float64(n), fmt.Sprint(n)} }
 func num(f float64) cell      { return cell{f, fmt.Sprintf("%.0f", f)} }
+func dec(f float64) cell      { return cell{f, fmt.Sprintf("%.2f", f)} }
 func ratioCell(a, b float64) cell {
 	if b == 0 {
 		return cell{0, "-"}
