@@ -192,6 +192,17 @@
 // the README ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
 // net/http.Transport.
 //
+// Decision on the timeouts' timers: each attempt has one runtime timer for both
+// response_header_seconds and stream_idle_seconds, armed once at the smaller of the two
+// and never moved earlier; when it fires it checks the bound of the current phase and
+// re-arms for the time left. A bound is exceeded exactly when it was before (a body Read
+// is timed from its start, so a slow client is never blamed on the backend); the
+// difference is that an attempt adds one timer and stops it, where resetting a timer
+// around every body Read could wake an idle thread to watch each new earliest timer. The
+// peek on reuse is kept: it is one system call, and skipping it for recently used
+// connections would risk writing a non-replayable POST to a connection the backend just
+// closed.
+//
 // # Concurrency and lifetime
 //
 // A [Gateway] is safe for concurrent use. [New] starts nothing; [Gateway.Run] runs the
