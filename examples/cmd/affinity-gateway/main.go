@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -60,8 +61,8 @@ func run(args []string, stderr io.Writer) error {
 		}
 		return err
 	}
-	if *procs < 0 {
-		return fmt.Errorf("-gomaxprocs: %d: must be 0 (Go's default) or positive", *procs)
+	if *procs < 0 || *procs > maxGOMAXPROCS {
+		return fmt.Errorf("-gomaxprocs: %d: must be 0 (Go's default) or in [1, %d]", *procs, maxGOMAXPROCS)
 	} else if *procs > 0 {
 		setGOMAXPROCS(*procs)
 	}
@@ -116,14 +117,24 @@ func run(args []string, stderr io.Writer) error {
 		defer t.Stop()
 		go func() { _ = g.WatchConfig(ctx, *configPath, t.C, override) }()
 	}
-	logger.Info("gateway listening", "listen", cfg.Listen, "backends", len(cfg.Backends), "gomaxprocs", runtime.GOMAXPROCS(0),
+	logger.Info("gateway starting", "listen", cfg.Listen, "backends", len(cfg.Backends), "gomaxprocs", runtime.GOMAXPROCS(0),
 		"active_health", activeHealth(cfg), "session_headers", cfg.SessionHeaders)
-	if err := g.ListenAndServe(ctx); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", cfg.Listen, err)
+	}
+	logger.Info("gateway listening", "listen", ln.Addr().String()) // only once the address is bound
+	if err := g.Serve(ctx, ln); err != nil {
 		return err
 	}
 	logger.Info("gateway stopped")
 	return nil
 }
+
+// maxGOMAXPROCS bounds -gomaxprocs: 1024 threads running Go code at once is far more
+// than a proxy can use, and the Go runtime spends minutes starting a value like 99999
+// (its per-P structures and GC workers) before the gateway could log anything.
+const maxGOMAXPROCS = 1024
 
 // setGOMAXPROCS sets runtime.GOMAXPROCS to n (> 0) for the rest of the process and
 // returns the previous value. The command does this only when -gomaxprocs is given: a

@@ -111,7 +111,8 @@ func TestStartupLogShowsActiveHealthAsBool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			// The listen address is taken, so run logs the startup line and then fails.
+			// The listen address is taken, so run logs the startup line, fails to bind,
+			// and never says it is listening.
 			busy, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer busy.Close()
@@ -123,10 +124,12 @@ func TestStartupLogShowsActiveHealthAsBool(t *testing.T) {
 			require.Error(t, err)
 			line := ""
 			for l := range strings.Lines(out.String()) {
-				if strings.Contains(l, "gateway listening") {
+				if strings.Contains(l, "gateway starting") {
 					line = l
 				}
 			}
+			require.ErrorContains(t, err, "address already in use")
+			require.NotContains(t, out.String(), "gateway listening", "logged as listening on an address it could not bind")
 			require.NotEmpty(t, line, "startup line missing in:\n%s", out.String())
 			require.Contains(t, line, tt.want)
 			require.NotContains(t, line, "active_health=0x")
@@ -150,11 +153,13 @@ func TestActiveHealth(t *testing.T) {
 	}
 }
 
-// -gomaxprocs: a negative value is refused before anything starts; a positive one sets
+// -gomaxprocs: a negative or absurd value is refused before anything starts; a positive one sets
 // runtime.GOMAXPROCS for the process.
 func TestGOMAXPROCSFlag(t *testing.T) {
 	err := run([]string{"-gomaxprocs", "-1", "-config", "does-not-exist.yaml"}, io.Discard)
 	require.ErrorContains(t, err, "-gomaxprocs: -1")
+	err = run([]string{"-gomaxprocs", "99999", "-config", "does-not-exist.yaml"}, io.Discard)
+	require.ErrorContains(t, err, "-gomaxprocs: 99999", "an absurd value is refused before the runtime tries it")
 	prev := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	want := prev + 1
