@@ -115,8 +115,10 @@
 //     weighted mean (weight drain_ewma_weight) of 1 per hit that found at least half its
 //     reprefill cached, 0 per eviction. In rule 17 a binding idle past the retention (and
 //     below f x the retention) has reprefill x the survival rate of its bin, in prompt
-//     tokens; 1 until its bin has seen a hit, so an untaught backend guards as the step
-//     of rule 14c does. Below the retention the prefix is expected cached in full.
+//     tokens. Each rate starts at 1, so an untaught backend guards as the step of rule
+//     14c does, and moves by drain_ewma_weight per hit: unlike the retention, which
+//     the first eviction sets, one eviction takes a rate from 1 to 0.95 (the default
+//     weight), not to 0. Below the retention the prefix is expected cached in full.
 //     Everything the drain model keeps is per backend (a few atomics and a mutex taken
 //     by Done); it is deterministic for a given sequence of calls and clock readings.
 //  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and

@@ -48,8 +48,9 @@ import (
 //     [1.5, 2), [2, 2.5), [2.5, 3), [3, 4), [4, inf)): an exponentially weighted mean,
 //     weight drain_ewma_weight, of 1 (the prefix survived) or 0 (evicted) over the hits
 //     of each bin. Past the retention the spill guard's reprefill is the prefix expected
-//     to survive: the binding's prefix x the survival rate of its bin (1 until the bin
-//     has seen a hit: the step model above).
+//     to survive: the binding's prefix x the survival rate of its bin. A rate starts at
+//     1 (the step model above) and moves by drain_ewma_weight per hit, so one eviction
+//     takes it to 1 - drain_ewma_weight, not to 0.
 //
 // Concurrency: Acquire touches only atomics (a compare-and-swap on fin); Done takes the
 // backend's mutex. A Done racing an Acquire on the same backend may count that lease

@@ -91,7 +91,7 @@ type LoadConfig struct {
 	// tokens; a ratio below 1 / prompt (e.g. 1e-9) marks only cached == 0 as cold.
 	ColdCacheRatio float64 `yaml:"cold_cache_ratio,omitempty" json:"cold_cache_ratio,omitempty"`
 	// DrainTokensPerSecond turns on the drain model of the load view (package
-	// documentation, "Load awareness", rules 14a-14c): each backend's charged work drains
+	// documentation, "Load awareness", rules 14a-14d): each backend's charged work drains
 	// with time at a service rate learned from [Lease.Done], so a lease whose prefill the
 	// backend has had the time to process stops counting as queued work, and a hit is
 	// charged its whole cost once its binding has been idle longer than the backend's
@@ -157,7 +157,7 @@ func (c LoadConfig) resolve() (loadParams, error) {
 	p.weight = DefaultSpillCostWeight
 	if w := c.SpillCostWeight; w != nil {
 		if !finite(*w) || *w < 0 || *w > MaxSpillCostWeight {
-			return p, fmt.Errorf("%w: load.spill_cost_weight: %v (want [0, %v])", ErrInvalidConfig, *w, MaxSpillCostWeight)
+			return p, fmt.Errorf("%w: load.spill_cost_weight: %v (want [0, %.0f = 2^46])", ErrInvalidConfig, *w, MaxSpillCostWeight)
 		}
 		p.weight = *w
 	}

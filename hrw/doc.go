@@ -78,7 +78,7 @@
 // node a lower bound of 1/s = -ln(u)/w (first 1-u, then the first four terms of the
 // series -ln(1-x) = x + x²/2 + ...), keeps the smallest two and proves the smallest
 // one's owner the exact winner with an upper bound of its -ln(u); the proof and its
-// rounding margin are in weighted.go. Only when it fails (a near-tie: about 1 % of keys
+// rounding margin are in weighted.go. Only when it fails (a near-tie: under 1 % of keys
 // at 8 nodes, 0.01 % at 64) does the exact selection below run.
 //
 // Above 64 nodes, a node needs its ln only when it may beat the current best (or the
