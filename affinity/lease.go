@@ -201,24 +201,25 @@ func reprefill(e *entry, units int64) int64 {
 	return units
 }
 
-// lease builds the Lease for candidates[i] and accounts its load.
-func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units int64, session, tier string) Lease {
+// open accounts a lease of g.charge prompt tokens on backend b (whose load record is
+// g.bl, or nil to look it up) and returns its record and generation.
+func (s *Scheduler) open(b *Backend, g grant, hit bool, session, tier string) (*leaseRec, uint64) {
+	bl := g.bl
 	if bl == nil {
 		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
-	bl.add(units)
-	var start int64
-	if s.ld.p.drainRate > 0 {
-		start = s.t.clock.now()
-		bl.charge(&s.ld.p, start, units)
-	}
+	bl.add(g.charge)
 	r, ok := s.ld.leases.Get().(*leaseRec)
 	if !ok {
 		r = &leaseRec{s: s}
 	}
-	r.start = start
-	r.bl, r.cost, r.session, r.tier, r.hit = bl, units, session, tier, hit
-	return Lease{Backend: b, AffinityHit: hit, Outcome: o, rec: r, gen: r.gen.Load()}
+	if s.ld.p.drainRate > 0 { // drainmodel.go
+		r.start = s.t.clock.now()
+		bl.charge(&s.ld.p, r.start, g.charge)
+		r.idle, r.rp = g.idle, g.rp
+	}
+	r.bl, r.cost, r.session, r.tier, r.hit = bl, g.charge, session, tier, hit
+	return r, r.gen.Load()
 }
 
 // Acquire decides like SelectBackend and leases the request: the chosen backend's
@@ -243,7 +244,7 @@ func (s *Scheduler) lease(b Backend, bl *backendLoad, hit bool, o Outcome, units
 // rank the candidates (one pass, no sort) only when the session must be placed or its
 // backend is over the bound. The drain model adds a clock read and a compare-and-swap on
 // the chosen backend's horizon.
-func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (Lease, error) {
+func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (l Lease, err error) {
 	if cost < 0 {
 		return Lease{}, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	}
@@ -255,10 +256,10 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 	if err != nil {
 		return Lease{}, err
 	}
-	l := s.lease(candidates[ci], g.bl, out == OutcomeHit, out, g.charge, sessionID, tier)
-	if s.ld.p.drainRate > 0 { // a hit's idle time and expected prefix (drainmodel.go)
-		l.rec.idle, l.rec.rp = g.idle, g.rp
-	}
+	b := &candidates[ci]
+	l.AffinityHit, l.Outcome = out == OutcomeHit, out
+	l.rec, l.gen = s.open(b, g, l.AffinityHit, sessionID, tier)
+	l.Backend = *b
 	return l, nil
 }
 

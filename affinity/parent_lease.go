@@ -23,7 +23,9 @@ func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, c
 	}
 	if ok {
 		units := min(max(cost, 1), MaxLeaseCost)
-		return s.lease(b, nil, false, OutcomeMiss, units, sessionID, tier), PlacedParent, nil
+		l := Lease{Backend: b, Outcome: OutcomeMiss}
+		l.rec, l.gen = s.open(&b, grant{charge: units}, false, sessionID, tier)
+		return l, PlacedParent, nil
 	}
 	l, err := s.Acquire(sessionID, tier, candidates, cost)
 	if l.AffinityHit {
