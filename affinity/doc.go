@@ -326,10 +326,13 @@
 //   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, a pooled
 //     lease record and one compare-and-swap (0 allocs in the steady state). With load
 //     awareness on, a miss and a hit on a busy backend also read every candidate's load
-//     (O(len(candidates)) lock-free lookups and atomic loads, no sort; the hit does it
-//     under its shard lock); a hit on an idle backend reads one. A miss ranks in the same
-//     pass and stops there when the HRW winner is under the bound (the common case); only
-//     otherwise does it pass over the candidates again. Done with usage and load
+//     (O(len(candidates)) atomic loads, no sort; the hit does it under its shard lock); a
+//     hit on an idle backend reads one. The load records of a candidate list seen
+//     recently (recognised by its candidates' ID strings) come from one remembered array;
+//     other lists look each up (lock-free) and check duplicate IDs, and one walk in 16
+//     over lists not remembered stores its list (one allocation). A miss ranks in the
+//     same pass and stops there when the HRW winner is under the bound (the common
+//     case); only otherwise does it pass over the candidates again. Done with usage and load
 //     awareness on hashes the session ID and takes one shard lock.
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.

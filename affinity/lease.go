@@ -157,6 +157,7 @@ type loadState struct {
 	usage   usageTable
 	leases  sync.Pool // *leaseRec
 	scratch sync.Pool // *walkScratch, walks over more than walkInline candidates
+	cands   candCache // load records of recently walked candidate lists (candcache.go)
 	urec    metrics.UsageRecorder
 }
 
@@ -240,9 +241,10 @@ func (s *Scheduler) open(b *Backend, g grant, hit bool, session, tier string) (*
 // pooled lease record (0 allocs in the steady state); with load awareness on, a hit reads
 // its own backend's load only, unless that backend's wait exceeds spill_cost_weight x
 // reprefill (only then can the guard let it spill); such a hit and every miss read the
-// load of each candidate (O(len(candidates)) atomic loads and lock-free map lookups), and
-// rank the candidates (one pass, no sort) only when the session must be placed or its
-// backend is over the bound. The drain model adds a clock read and a compare-and-swap on
+// load of each candidate (O(len(candidates)) atomic loads; the load records of a list of
+// candidates seen recently come from one remembered array, others from lock-free map
+// lookups), and rank the candidates (one pass, no sort) only when the session must be
+// placed or its backend is over the bound. The drain model adds a clock read and a compare-and-swap on
 // the chosen backend's horizon.
 func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (l Lease, err error) {
 	if cost < 0 {

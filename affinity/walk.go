@@ -23,10 +23,11 @@ const walkInline = 64
 
 // walkScratch holds, per candidate, what the walk reads once: the candidate's HRW rank key
 // (m = hrw.Mix(keyHash, node hash) >> 11, and the score when weights differ), its load
-// record and load view, and its health state (stateSkip for Down or a later duplicate).
+// record (nil for a later copy of an ID) and load view, and its health state (stateSkip
+// for Down or a later duplicate).
 type walkScratch struct {
 	m    []uint64
-	s    []float64
+	s    []float64 // nil until weights are found to differ (stack walks)
 	load []int64
 	bl   []*backendLoad
 	st   []health.State
@@ -63,19 +64,36 @@ func (w *walkScratch) size(n int) {
 //
 // Deterministic for a given load view. Cost: O(n) load reads, rank keys and compares (no
 // sort: the first backend under the bound in ranking order is the best-ranked of those
-// under it). 0 allocs up to 64 candidates (a pooled scratch beyond).
+// under it); a candidate list the walk has seen recently (candcache.go) reads its load
+// records from one array, others look each up and check duplicate IDs. 0 allocs up to 64
+// candidates (a pooled scratch beyond), except when candcache.go stores a new list. The
+// common cases over a remembered list — the HRW winner is under the bound, or a hit's
+// backend is — take walkFast, one pass that stores nothing per candidate.
 func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
+	if es := s.ld.cands.list(cands); es != nil {
+		if pl, ok := s.walkFast(kh, cands, es, units, bound); ok {
+			return pl, nil
+		}
+	}
+	return s.walkFull(kh, cands, units, bound)
+}
+
+// walkFull is walk over per-candidate scratch: any case, a second pass when needed.
+func (s *Scheduler) walkFull(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
 	if len(cands) <= walkInline {
 		var (
 			m    [walkInline]uint64
-			sc   [walkInline]float64
 			load [walkInline]int64
 			bl   [walkInline]*backendLoad
 			st   [walkInline]health.State
-			set  [2 * walkInline]int32
 		)
 		n := len(cands)
-		w := walkScratch{m: m[:n], s: sc[:n], load: load[:n], bl: bl[:n], st: st[:n], set: set[:]}
+		w := walkScratch{m: m[:n], load: load[:n], bl: bl[:n], st: st[:n]}
+		if !s.ld.cands.resolve(cands, w.bl) {
+			if err := s.resolveInline(cands, w.bl); err != nil {
+				return placement{w: -1}, err
+			}
+		}
 		return s.walkIn(kh, cands, units, bound, &w)
 	}
 	w, ok := s.ld.scratch.Get().(*walkScratch)
@@ -83,17 +101,61 @@ func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (pl
 		w = &walkScratch{}
 	}
 	w.size(len(cands))
-	pl, err := s.walkIn(kh, cands, units, bound, w)
+	var pl placement
+	err := s.resolve(cands, w.bl, w.set)
+	if err == nil {
+		pl, err = s.walkIn(kh, cands, units, bound, w)
+	}
 	clear(w.bl) // drop the *backendLoad pointers
 	s.ld.scratch.Put(w)
 	return pl, err
 }
 
-// walkIn is walk over the scratch w (sized for cands, set zeroed).
+// resolveInline is resolve for up to walkInline candidates, with its duplicate set on
+// the stack (only walks over lists the cache does not know zero it).
+func (s *Scheduler) resolveInline(cands []Backend, bl []*backendLoad) error {
+	var set [2 * walkInline]int32
+	return s.resolve(cands, bl, set[:])
+}
+
+// resolve sets bl[i] to candidate i's load record, or nil when an earlier candidate has
+// the same ID, using set (zeroed, a power of two >= 2 x len(cands)) for the duplicate
+// check; then offers the result to the candidate cache. Fails with ErrInvalidBackend
+// at a zero Backend.
+func (s *Scheduler) resolve(cands []Backend, bl []*backendLoad, set []int32) error {
+	mask := len(set) - 1
+	for i := range cands {
+		c := &cands[i]
+		if isZero(c) {
+			return invalidCandidate(i)
+		}
+		h := c.node.Hash()
+		bl[i] = nil
+		dup := false
+		for p := int(h) & mask; ; p = (p + 1) & mask {
+			j := set[p]
+			if j == 0 {
+				set[p] = int32(i + 1)
+				break
+			}
+			if o := &cands[j-1]; o.node.Hash() == h && o.node.ID() == c.node.ID() {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			bl[i] = s.ld.loads.get(c.node.ID(), h)
+		}
+	}
+	s.ld.cands.remember(cands, bl)
+	return nil
+}
+
+// walkIn is walk over the scratch w (sized for cands, w.bl resolved).
 func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w *walkScratch) (placement, error) {
 	q := &s.ld.p
 	now := s.drainNow()
-	mask := len(w.set) - 1
+	allHealthy := s.health.AllHealthy() // one snapshot: no per-candidate lookups then
 	pl := placement{w: -1}
 	var nH, nD int       // eligible Healthy / Draining candidates
 	var totH, totD int64 // their loads
@@ -107,38 +169,26 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	tieH, tieD := false, false
 	for i := range cands {
 		c := &cands[i]
-		if isZero(c) {
-			return pl, invalidCandidate(i)
-		}
-		h := c.node.Hash()
+		bl := w.bl[i]
 		w.st[i] = stateSkip
-		dup := false
-		for p := int(h) & mask; ; p = (p + 1) & mask {
-			j := w.set[p]
-			if j == 0 {
-				w.set[p] = int32(i + 1)
-				break
-			}
-			if o := &cands[j-1]; o.node.Hash() == h && o.node.ID() == c.node.ID() {
-				dup = true
-				break
-			}
-		}
-		if dup {
+		if bl == nil { // a later copy of an ID
 			continue
 		}
-		bl := s.ld.loads.get(c.node.ID(), h)
 		load := bl.view(q, now)
-		w.bl[i], w.load[i] = bl, load
+		w.load[i] = load
 		if i == bound {
 			pl.boundLoad = load
 		}
 		if place {
-			w.m[i] = hrw.Mix(kh, h) >> 11
+			w.m[i] = hrw.Mix(kh, c.node.Hash()) >> 11
 			varied = varied || (w0 != 0 && c.node.Weight() != w0)
 			w0 = c.node.Weight()
 		}
-		switch st := s.state(c.node.ID()); st {
+		st := health.Healthy
+		if !allHealthy {
+			st = s.health.State(c.node.ID())
+		}
+		switch st {
 		case health.Healthy:
 			w.st[i] = st
 			nH++
@@ -185,18 +235,23 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		pl.w, pl.st, pl.bl, pl.load = best, want, w.bl[best], w.load[best]
 		return pl, nil
 	}
+	scores := w.s
 	if varied {
+		if scores == nil { // a stack walk: its scores only now (equal weights never need them)
+			var sc [walkInline]float64
+			scores = sc[:len(cands)]
+		}
 		for i := range cands {
 			if w.st[i] != stateSkip {
-				w.s[i] = hrw.Score(kh, cands[i].node)
+				scores[i] = hrw.Score(kh, cands[i].node)
 			}
 		}
 	}
 	// better reports whether candidate a ranks before b: score (weights differ), m, ID,
 	// index — the order of package hrw.
 	better := func(a, b int) bool {
-		if varied && w.s[a] != w.s[b] {
-			return w.s[a] > w.s[b]
+		if varied && scores[a] != scores[b] {
+			return scores[a] > scores[b]
 		}
 		if w.m[a] != w.m[b] {
 			return w.m[a] > w.m[b]
