@@ -59,6 +59,12 @@ func (b *backendLoad) view(p *loadParams, now int64) int64 {
 	if p.drainRate > 0 && n > 0 {
 		l = b.remaining(p, now, n, l)
 	}
+	return b.withReported(p, n, l)
+}
+
+// withReported is view's last step: l (the cost of the n leases open here) plus the
+// reported requests beyond n, at most MaxLoadView. Small enough to inline.
+func (b *backendLoad) withReported(p *loadParams, n, l int64) int64 {
 	if rep := b.reported.Load(); rep > n {
 		if rep-n > p.maxQueued { // saturate: a huge report is busy, never idle
 			return MaxLoadView

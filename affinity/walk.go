@@ -68,7 +68,7 @@ func (w *walkScratch) size(n int) {
 // records from one array, others look each up and check duplicate IDs. 0 allocs up to 64
 // candidates (a pooled scratch beyond), except when candcache.go stores a new list. The
 // common cases over a remembered list — the HRW winner is under the bound, or a hit's
-// backend is — take walkFast, one pass that stores nothing per candidate.
+// backend is — take walkFast, which keeps only the candidates' loads.
 func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
 	if es := s.ld.cands.list(cands); es != nil {
 		if pl, ok := s.walkFast(kh, cands, es, units, bound); ok {

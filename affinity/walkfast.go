@@ -5,20 +5,21 @@ import (
 	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-// walkFast answers the walk's two common outcomes in one pass over a remembered candidate
-// list es (candcache.go), storing nothing per candidate:
+// walkFast answers the walk's two common outcomes over a remembered candidate list es
+// (candcache.go), up to walkInline candidates, keeping only each candidate's load:
 //
 //   - placing (bound < 0): when some candidate is Healthy, the candidates have one weight
 //     and the best-ranked Healthy one (largest m, unique) is under the bound, that one —
 //     the first of the ranking (placeFast);
-//   - a hit on candidates[bound] whose backend is under the bound: it stays (w = -1,
-//     boundOver false; stayFast).
+//   - a hit on a Healthy candidates[bound] whose backend is under the bound: it stays
+//     (w = -1, boundOver false; stayFast).
 //
 // Anything else — a candidate that differs from es, weights that differ, a tie of m, no
 // Healthy candidate, the winner or the hit's backend over the bound — reports ok = false
-// and walkFull decides by the same rules over a stored view; where walkFast answers,
+// and walkFull decides by the same rules over its full scratch; where walkFast answers,
 // walkFull answers the same for the same load view. Cost per candidate: its remembered
-// entry, its load view and (placing) its rank key; 0 allocs.
+// entry, its load view and (placing) its rank key, in loops that call nothing in the
+// common case (no drain model, every backend Healthy); 0 allocs.
 func (s *Scheduler) walkFast(kh uint64, cands []Backend, es []candEntry, units int64, bound int) (placement, bool) {
 	if bound < 0 {
 		return s.placeFast(kh, cands, es, units)
@@ -33,7 +34,7 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 	// First pass: which candidates count and their loads (loads[i] < 0: not eligible);
 	// second pass, free of calls: the rank keys and the best-ranked eligible candidate.
 	var loads [walkInline]int64
-	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)])
+	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], true)
 	if !ok || n == 0 {
 		return placement{}, false
 	}
@@ -59,17 +60,38 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 
 // fastLoads sets loads[i] to candidate i's load view when it is Healthy and not a later
 // copy of an ID, else to -1, and returns how many are Healthy and their summed load; ok
-// is false when a candidate differs from es or the weights differ.
-func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64) (n int, total int64, ok bool) {
+// is false when a candidate differs from es or, with oneWeight, the weights differ. Without the drain
+// model and with every backend Healthy (the common case) its loop calls nothing, so it
+// keeps its state in registers.
+func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, oneWeight bool) (n int, total int64, ok bool) {
 	q := &s.ld.p
-	now := s.drainNow()
-	allHealthy := s.health.AllHealthy()
 	w0 := cands[0].node.Weight()
 	es = es[:len(cands)]
+	if q.drainRate == 0 && s.health.AllHealthy() {
+		for i := range cands {
+			c := &cands[i].node
+			e := &es[i]
+			if !e.matches(c) || (oneWeight && c.Weight() != w0) {
+				return 0, 0, false
+			}
+			loads[i] = -1
+			if e.bl == nil { // a later copy of an ID
+				continue
+			}
+			rq, l := e.bl.counts()
+			load := e.bl.withReported(q, rq, l) // view without the drain model
+			loads[i] = load
+			n++
+			total += load
+		}
+		return n, total, true
+	}
+	now := s.drainNow()
+	allHealthy := s.health.AllHealthy()
 	for i := range cands {
 		c := &cands[i].node
 		e := &es[i]
-		if !e.matches(c) || c.Weight() != w0 {
+		if !e.matches(c) || (oneWeight && c.Weight() != w0) {
 			return 0, 0, false
 		}
 		loads[i] = -1
@@ -85,49 +107,18 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64) (n
 }
 
 func (s *Scheduler) stayFast(cands []Backend, es []candEntry, units int64, bound int) (placement, bool) {
-	q := &s.ld.p
-	now := s.drainNow()
-	allHealthy := s.health.AllHealthy()
-	var nH, nD int       // eligible Healthy / Draining candidates
-	var totH, totD int64 // their loads
-	var boundLoad int64
-	es = es[:len(cands)]
-	for i := range cands {
-		c := &cands[i].node
-		e := &es[i]
-		if !e.matches(c) {
-			return placement{}, false
-		}
-		if e.bl == nil {
-			continue
-		}
-		load := e.bl.view(q, now)
-		if i == bound {
-			boundLoad = load
-		}
-		st := health.Healthy
-		if !allHealthy {
-			st = s.health.State(c.ID())
-		}
-		switch st {
-		case health.Healthy:
-			nH++
-			totH += load
-		case health.Draining:
-			nD++
-			totD += load
-		}
-	}
-	n, total := nH, totH
-	if nH == 0 {
-		n, total = nD, totD
-	}
-	if n == 0 {
+	if len(cands) > walkInline {
 		return placement{}, false
 	}
-	limit := q.factor * float64(total+units) / float64(n)
-	if boundLoad != 0 && float64(boundLoad+units) > limit {
+	var loads [walkInline]int64
+	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], false)
+	if !ok || n == 0 || loads[bound] < 0 { // no Healthy candidate, or the hit's is not
 		return placement{}, false
 	}
-	return placement{w: -1, boundLoad: boundLoad}, true
+	load := loads[bound]
+	limit := s.ld.p.factor * float64(total+units) / float64(n)
+	if load != 0 && float64(load+units) > limit {
+		return placement{}, false
+	}
+	return placement{w: -1, boundLoad: load}, true
 }
