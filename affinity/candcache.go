@@ -34,12 +34,11 @@ const (
 	candCacheEvery = 16 // walks over lists not remembered per refresh of a slot
 )
 
-// candEntry is one remembered candidate: its ID string and node hash (to recognise it)
+// candEntry is one remembered candidate: its ID string (to recognise it)
 // and its load record (nil: a later copy of an earlier ID).
 type candEntry struct {
-	id   string
-	hash uint64
-	bl   *backendLoad
+	id string
+	bl *backendLoad
 }
 
 // candSlot picks the slot of a candidate list (non-empty) by its length and the pointer
@@ -59,8 +58,7 @@ func (c *candCache) list(cands []Backend) []candEntry {
 }
 
 // matches reports whether candidate n is the one remembered in e: the very same ID string
-// (pointer and length; e keeps it, so its memory holds no other ID). Its node hash is
-// then e.hash.
+// (pointer and length; e keeps it, so its memory holds no other ID).
 func (e *candEntry) matches(n *hrw.Node) bool {
 	id := n.ID()
 	return unsafe.StringData(id) == unsafe.StringData(e.id) && len(id) == len(e.id)
@@ -92,7 +90,7 @@ func (c *candCache) remember(cands []Backend, bl []*backendLoad) {
 	}
 	es := make([]candEntry, len(cands))
 	for i := range cands {
-		es[i] = candEntry{id: cands[i].node.ID(), hash: cands[i].node.Hash(), bl: bl[i]}
+		es[i] = candEntry{id: cands[i].node.ID(), bl: bl[i]}
 	}
 	c.slots[candSlot(cands)].Store(&es)
 }

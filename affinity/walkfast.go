@@ -44,7 +44,7 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 		if loads[i] < 0 {
 			continue
 		}
-		if m := hrw.Mix(kh, es[i].hash) >> 11; best < 0 || m > bestM {
+		if m := hrw.Mix(kh, cands[i].node.Hash()) >> 11; best < 0 || m > bestM {
 			best, bestM, tie = i, m, false
 		} else if m == bestM {
 			tie = true
