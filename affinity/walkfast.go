@@ -9,16 +9,16 @@ import (
 // (candcache.go), up to walkInline candidates, keeping only each candidate's load:
 //
 //   - placing (bound < 0): when some candidate is Healthy, the candidates have one weight
-//     and the best-ranked Healthy one (largest m, unique) is under the bound, that one —
-//     the first of the ranking (placeFast);
+//     and some Healthy one is under the bound, the best-ranked of those (largest m,
+//     unique) — the first of the ranking under the bound (placeFast);
 //   - a hit on a Healthy candidates[bound] whose backend is under the bound: it stays
 //     (w = -1, boundOver false; stayFast).
 //
 // Anything else — a candidate that differs from es, weights that differ, a tie of m, no
-// Healthy candidate, the winner or the hit's backend over the bound — reports ok = false
+// Healthy candidate, none under the bound, the hit's backend over it — reports ok = false
 // and walkFull decides by the same rules over its full scratch; where walkFast answers,
 // walkFull answers the same for the same load view. Cost per candidate: its remembered
-// entry, its load view and (placing) its rank key, in loops that call nothing in the
+// entry, its load view and (placing, under the bound) its rank key, in loops that call nothing in the
 // common case (no drain model, every backend Healthy); 0 allocs.
 func (s *Scheduler) walkFast(kh uint64, cands []Backend, es []candEntry, units int64, bound int) (placement, bool) {
 	if bound < 0 {
@@ -32,17 +32,21 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 		return placement{}, false
 	}
 	// First pass: which candidates count and their loads (loads[i] < 0: not eligible);
-	// second pass, free of calls: the rank keys and the best-ranked eligible candidate.
+	// second pass, free of calls: the rank keys of those under the bound.
 	var loads [walkInline]int64
 	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], true)
 	if !ok || n == 0 {
 		return placement{}, false
 	}
+	// The first backend of the ranking under the bound is the best-ranked one among
+	// those under it (equal weights: the largest m); only they need a rank key.
+	limit := s.ld.p.factor * float64(total+units) / float64(n)
 	best, tie := -1, false
 	var bestM uint64
 	for i := range cands {
-		if loads[i] < 0 {
-			continue
+		load := loads[i]
+		if load < 0 || (load != 0 && float64(load+units) > limit) {
+			continue // not eligible, or over the bound
 		}
 		if m := hrw.Mix(kh, cands[i].node.Hash()) >> 11; best < 0 || m > bestM {
 			best, bestM, tie = i, m, false
@@ -50,12 +54,10 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 			tie = true
 		}
 	}
-	load := loads[best]
-	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	if tie || (load != 0 && float64(load+units) > limit) {
+	if best < 0 || tie { // none under the bound (the least loaded then), or a tie
 		return placement{}, false
 	}
-	return placement{w: best, st: health.Healthy, bl: es[best].bl, load: load}, true
+	return placement{w: best, st: health.Healthy, bl: es[best].bl, load: loads[best]}, true
 }
 
 // fastLoads sets loads[i] to candidate i's load view when it is Healthy and not a later
