@@ -102,7 +102,10 @@ func (s *Scheduler) walkFull(kh uint64, cands []Backend, units int64, bound int)
 	}
 	w.size(len(cands))
 	var pl placement
-	err := s.resolve(cands, w.bl, w.set)
+	var err error
+	if !s.ld.cands.resolve(cands, w.bl) {
+		err = s.resolve(cands, w.bl, w.set)
+	}
 	if err == nil {
 		pl, err = s.walkIn(kh, cands, units, bound, w)
 	}
