@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentserve/sessionaffinity/affinity"
@@ -87,5 +88,48 @@ func TestPlacementOverRememberedListsMatchesReference(t *testing.T) {
 		for _, b := range append(slices.Clone(all), spare...) {
 			require.Zero(t, s.Load(b.ID()).Requests, b.ID())
 		}
+	}
+}
+
+// TestWalkOverRememberedListAllocs: with every backend busy, a first turn over a candidate
+// list seen before allocates only its stored key, and a hit whose backend is busy (its
+// walk reads every candidate's load) allocates nothing — at 8 and 64 candidates.
+func TestWalkOverRememberedListAllocs(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		s, _ := newSched(t, loadCfg(1.25, 1))
+		bs := backendsN(n)
+		for i := range 4 * n { // every backend busy
+			_, err := s.Acquire(fmt.Sprintf("bg%d", i), "", bs, int64(500+i%5*200))
+			require.NoError(t, err)
+		}
+		l, err := s.Acquire("hot", "", bs, 1000) // the hit below, on a busy backend
+		require.NoError(t, err)
+		l.Done(affinity.DoneInfo{})
+		ids := make([]string, 20000)
+		for j := range ids {
+			ids[j] = fmt.Sprintf("new%d", j)
+		}
+		for _, id := range ids[10000:] { // steady state: every shard has grown and seen every backend
+			_, _, err := s.SelectBackend(id, "", bs)
+			require.NoError(t, err)
+		}
+		i := 0
+		miss := testing.AllocsPerRun(500, func() {
+			i++
+			l, err := s.Acquire(ids[i], "", bs, 100)
+			if err != nil || l.Outcome != affinity.OutcomeMiss {
+				t.Fatal("not a miss", l.Outcome, err)
+			}
+			l.Done(affinity.DoneInfo{})
+		})
+		assert.LessOrEqual(t, miss, 1.0, "n=%d: only the stored key", n)
+		hit := testing.AllocsPerRun(500, func() {
+			l, err := s.Acquire("hot", "", bs, 1000)
+			if err != nil || l.Outcome != affinity.OutcomeHit {
+				t.Fatal("not a hit", l.Outcome, err)
+			}
+			l.Done(affinity.DoneInfo{})
+		})
+		assert.Zero(t, hit, "n=%d", n)
 	}
 }
