@@ -2,7 +2,6 @@ package affinity_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -176,50 +175,6 @@ func TestSpillColdBindingReplaced(t *testing.T) {
 // (rule 14d), decide alike.
 func TestSpillColdDeterminism(t *testing.T) {
 	for _, cfg := range []affinity.Config{loadCfg(1.1, 3), drainCfg(1.1, 3, 2000, 2.5)} {
-		var rs [2]*affinity.Scheduler
-		var clks [2]interface{ Advance(time.Duration) time.Time }
-		for k := range rs {
-			rs[k], clks[k] = newSched(t, cfg)
-		}
-		bs := backendsN(5)
-		rng := rand.New(rand.NewPCG(9, 10))
-		var live [][2]affinity.Lease
-		spills := 0
-		for step := range 4000 {
-			if d := time.Duration(rng.IntN(800)) * time.Millisecond; d > 0 {
-				for k := range clks {
-					clks[k].Advance(d)
-				}
-			}
-			if len(live) > 0 && rng.IntN(2) == 0 {
-				j := rng.IntN(len(live))
-				info := affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(rng.IntN(3)) * 1000}
-				for k := range rs {
-					live[j][k].Done(info)
-				}
-				live = append(live[:j], live[j+1:]...)
-				continue
-			}
-			session, cost := fmt.Sprintf("s%d", rng.IntN(200)), int64(1+rng.IntN(8000))
-			var o [2]affinity.Lease
-			for k := range rs {
-				l, err := rs[k].Acquire(session, "", bs, cost)
-				require.NoError(t, err)
-				o[k] = l
-			}
-			require.Equal(t, o[0].Backend.ID(), o[1].Backend.ID(), "step %d", step)
-			require.Equal(t, o[0].Outcome, o[1].Outcome, "step %d", step)
-			if o[0].Outcome == affinity.OutcomeSpill {
-				spills++
-			}
-			live = append(live, o)
-		}
-		for _, o := range live {
-			for k := range rs {
-				o[k].Done(affinity.DoneInfo{})
-			}
-		}
-		assert.Equal(t, rs[0].Stats(), rs[1].Stats())
-		assert.Positive(t, spills, "the run exercised spills")
+		runTwins(t, cfg, twinScript{seed: 9, steps: 4000, sessions: 200, maxAdvanceMS: 800, doneOneIn: 2, cachedSteps: 3, cachedUnit: 1000})
 	}
 }
