@@ -213,17 +213,20 @@ func tierField(data []byte, field string) string {
 // silently truncate into the integer field, is ErrInvalidConfig naming the field, as in
 // JSON. It does not run Validate; New does.
 func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
-	type config Config // no methods: plain decoding
-	p := config(*c)
-	if err := unmarshal(&p); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
+	// The numbers as read come first, so a value the typed decoding would refuse without
+	// naming its key (an integer past int64, a float past float64 read as a string) is
+	// reported with the key.
 	var raw yamlNumbers
 	if err := unmarshal(&raw); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := raw.check(); err != nil {
 		return err
+	}
+	type config Config // no methods: plain decoding
+	p := config(*c)
+	if err := unmarshal(&p); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	*c = Config(p)
 	return nil
@@ -266,6 +269,18 @@ func (r yamlNumbers) check() error {
 	if err := wholeNumber("load.queued_request_cost", r.Load.QueuedRequestCost); err != nil {
 		return err
 	}
+	for _, f := range []struct {
+		name string
+		v    any
+	}{
+		{"load.balance_factor", r.Load.BalanceFactor}, {"load.spill_cost_weight", r.Load.SpillCostWeight},
+		{"load.cold_cache_ratio", r.Load.ColdCacheRatio}, {"load.drain_tokens_per_second", r.Load.DrainTokensPerSec},
+		{"load.drain_ewma_weight", r.Load.DrainEWMAWeight}, {"load.retention_guard_factor", r.Load.RetentionGuard},
+	} {
+		if s, ok := f.v.(string); ok { // e.g. 1e400: past float64, so YAML reads a string
+			return fmt.Errorf("%w: %s: %s is not a number in float64's range", ErrInvalidConfig, f.name, quote(s))
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(r.Tiers)) {
 		if err := wholeNumber("tiers."+name+".sticky_ttl_seconds", r.Tiers[name].StickyTTLSeconds); err != nil {
 			return err
@@ -277,8 +292,18 @@ func (r yamlNumbers) check() error {
 // wholeNumber rejects a decoded float that is not a finite whole number; other values
 // (integers, null, absent) were already judged by the typed decoding.
 func wholeNumber(field string, v any) error {
-	if f, ok := v.(float64); ok && (math.IsInf(f, 0) || f != math.Trunc(f)) {
-		return fmt.Errorf("%w: %s: %v is not a whole number", ErrInvalidConfig, field, f)
+	switch n := v.(type) {
+	case float64:
+		if math.IsInf(n, 0) || n != math.Trunc(n) {
+			return fmt.Errorf("%w: %s: %v is not a whole number", ErrInvalidConfig, field, n)
+		}
+		if n >= 1<<63 || n < -(1<<63) {
+			return fmt.Errorf("%w: %s: %v is out of range (|n| < 2^63)", ErrInvalidConfig, field, n)
+		}
+	case uint64: // YAML reads an integer in [2^63, 2^64) as uint64
+		if n > math.MaxInt64 {
+			return fmt.Errorf("%w: %s: %v is out of range (|n| < 2^63)", ErrInvalidConfig, field, n)
+		}
 	}
 	return nil
 }

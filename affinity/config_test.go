@@ -122,6 +122,9 @@ func TestConfigYAMLHookRejectsFractions(t *testing.T) {
 		{`{"max_bindings": 2.7}`, `{"max_bindings": 2}`, "max_bindings: 2.7 is not a whole number"},
 		{`{"max_session_id_bytes": 0.5}`, `{"max_session_id_bytes": 0}`, "max_session_id_bytes: 0.5 is not a whole number"},
 		{`{"tiers": {"gold": {"sticky_ttl_seconds": 2.5}}}`, `{"tiers": {"gold": {"sticky_ttl_seconds": 2}}}`, "tiers.gold.sticky_ttl_seconds: 2.5 is not a whole number"},
+		{`{"max_bindings": 1e19}`, `{"max_bindings": 0}`, "max_bindings: 1e+19 is out of range"},
+		{`{"load": {"balance_factor": 1.25, "queued_request_cost": 1e19}}`, `{}`, "load.queued_request_cost: 1e+19 is out of range"},
+		{`{"load": {"balance_factor": "1e400"}}`, `{}`, "load.balance_factor: \"1e400\" is not a number"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.doc, func(t *testing.T) {
