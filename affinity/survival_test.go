@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
 )
 
 // TestDrainSurvivalGuard (rule 14d): past its backend's cache retention a binding's guard
@@ -23,20 +24,8 @@ func TestDrainSurvivalGuard(t *testing.T) {
 		spill    bool
 	}{{"no survival learned", 0, false}, {"prefixes idle as long were evicted", 10, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			bs := backendsN(4)
 			// No retention guard: only the learned survival rate changes the guard.
-			s, clk := newSched(t, drainCfg(1.0, 5, 1000, 0))
-			first, err := s.Acquire("s", "", bs, 4000)
-			require.NoError(t, err)
-			w := first.Backend
-			first.Done(affinity.DoneInfo{PromptTokens: 4000})
-			only := []affinity.Backend{w}
-			turn := func(session string, cost, cached int64) {
-				t.Helper()
-				l, err := s.Acquire(session, "", only, cost)
-				require.NoError(t, err)
-				l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
-			}
+			s, clk, bs, w, turn := survivalFixture(t)
 			turn("r", 1000, 0)
 			for i := range tc.teachers {
 				turn(fmt.Sprintf("t%d", i), 1000, 0)
@@ -70,19 +59,7 @@ func TestDrainSurvivalGuard(t *testing.T) {
 // TestDrainSurvivalBelowRetention (rule 14d): below the retention the prefix is expected
 // cached and fully protected, whatever hits idle as long reported.
 func TestDrainSurvivalBelowRetention(t *testing.T) {
-	bs := backendsN(4)
-	s, clk := newSched(t, drainCfg(1.0, 5, 1000, 0))
-	first, err := s.Acquire("s", "", bs, 4000)
-	require.NoError(t, err)
-	w := first.Backend
-	first.Done(affinity.DoneInfo{PromptTokens: 4000})
-	only := []affinity.Backend{w}
-	turn := func(session string, cost, cached int64) {
-		t.Helper()
-		l, err := s.Acquire(session, "", only, cost)
-		require.NoError(t, err)
-		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
-	}
+	s, clk, bs, w, turn := survivalFixture(t)
 	turn("r", 1000, 0)
 	clk.Advance(20 * time.Second)
 	turn("r", 1200, 0) // retention 20 s
@@ -177,4 +154,25 @@ func TestSpillColdDeterminism(t *testing.T) {
 	for _, cfg := range []affinity.Config{loadCfg(1.1, 3), drainCfg(1.1, 3, 2000, 2.5)} {
 		runTwins(t, cfg, twinScript{seed: 9, steps: 4000, sessions: 200, maxAdvanceMS: 800, doneOneIn: 2, cachedSteps: 3, cachedUnit: 1000})
 	}
+}
+
+// survivalFixture: a drain-model Scheduler (balance 1.0, spill weight 5, 1000 tokens/s,
+// no retention guard) over 4 backends where session "s" is bound to w with a 4000-token
+// prompt, and turn, which leases a session on w alone and reports its usage.
+func survivalFixture(t *testing.T) (*affinity.Scheduler, *affinitytest.Clock, []affinity.Backend, affinity.Backend, func(session string, cost, cached int64)) {
+	t.Helper()
+	bs := backendsN(4)
+	s, clk := newSched(t, drainCfg(1.0, 5, 1000, 0))
+	first, err := s.Acquire("s", "", bs, 4000)
+	require.NoError(t, err)
+	w := first.Backend
+	first.Done(affinity.DoneInfo{PromptTokens: 4000})
+	only := []affinity.Backend{w}
+	turn := func(session string, cost, cached int64) {
+		t.Helper()
+		l, err := s.Acquire(session, "", only, cost)
+		require.NoError(t, err)
+		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
+	}
+	return s, clk, bs, w, turn
 }
