@@ -230,7 +230,7 @@ func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
 // findSlot is findBackend for the backend of a binding, slot, on the hit path. It first
 // tries the candidate where the last hit found this backend (slot.hint), confirming it
 // by the pointer of its ID string (equal pointers and lengths: the very string stored
-// there) or, failing that, by hash and ID; then one pass over all candidates counts those
+// there) or, failing that, by hash and ID (that string then becomes the hint's); then one pass over all candidates counts those
 // whose hash is this backend's or 0 (a zero Backend): exactly one (the hint) means it is
 // the first match and no candidate is invalid. The pass has a fixed trip count and no
 // data-dependent branch (the counts are conditional moves), so a hint at a varying
@@ -241,8 +241,8 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 	h := int(slot.hint)
 	if h < len(cands) {
 		id := cands[h].node.ID()
-		if len(id) == len(slot.id) && (unsafe.StringData(id) == unsafe.StringData(slot.hintID) ||
-			(cands[h].hash == slot.hash && id == slot.id)) {
+		same := unsafe.StringData(id) == unsafe.StringData(slot.hintID)
+		if len(id) == len(slot.id) && (same || (cands[h].hash == slot.hash && id == slot.id)) {
 			n, want := 0, slot.hash
 			for j := range cands {
 				x := cands[j].hash
@@ -256,6 +256,9 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 				n += eq + zero
 			}
 			if n == 1 {
+				if !same { // confirmed by the bytes: the next hit compares pointers
+					slot.hintID = id
+				}
 				return h, -1
 			}
 		}

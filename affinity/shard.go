@@ -68,12 +68,13 @@ type counters struct {
 }
 
 type shard struct {
-	// What a hit writes comes first, in one cache line: the lock and the counters (hits
-	// first). What it only reads follows: the index, the chunk table, the LRU lists'
-	// header and the backend slots. So a hit after one on another core moves one line of
-	// the shard (besides the list heads' own line and the entries); the lines it only
+	// What a hit writes comes first, in one cache line: the lock, the heads of the first
+	// listInline LRU lists and the counters (hits first). What it only reads follows: the
+	// index, the chunk table, the lists' header and the backend slots. So a hit after one
+	// on another core moves one line of the shard (besides the entries); the lines it only
 	// reads stay shared.
 	mu       sync.Mutex
+	listBuf  [listInline]lruList // lists' storage for up to listInline TTL classes
 	c        counters
 	idx      index
 	chunks   []*[chunkSize]entry
@@ -85,8 +86,12 @@ type shard struct {
 	cap      int
 	slotFree []uint32
 	slotByID map[string]uint32
-	_        [8]byte // size 256, a multiple of 64: shards start on their own lines
+	_        [40]byte // size 320, a multiple of 64: shards start on their own lines
 }
+
+// listInline is the number of TTL classes whose LRU list heads live in the shard's first
+// cache line (more classes get their own array, a line of its own).
+const listInline = 4
 
 func (sh *shard) at(i uint32) *entry { return &sh.chunks[i>>chunkShift][i&chunkMask] }
 

@@ -113,9 +113,11 @@ func newTable(r resolved, o options) *Table {
 		}
 		sh.next = 1
 		sh.slotByID = make(map[string]uint32)
-		// At least a cache line (8 lists), so that no two shards' list heads, written by
-		// every hit, share a line (a 64-byte object is 64-byte aligned).
-		sh.lists = make([]lruList, len(t.ttls), max(len(t.ttls), 8))
+		if len(t.ttls) <= listInline { // in the line the hit writes anyway (the lock's)
+			sh.lists = sh.listBuf[:len(t.ttls)]
+		} else { // at least a cache line, so that no two shards' heads share one
+			sh.lists = make([]lruList, len(t.ttls), max(len(t.ttls), 8))
+		}
 	}
 	return t
 }
