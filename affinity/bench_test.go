@@ -188,6 +188,41 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
+// BenchmarkHitTierOverrides: the serial hit of BenchmarkHit (CoarseClock, 8 candidates)
+// on a tier with its own TTL, under a Config without ("none") and with ("overrides") tier
+// TTL overrides, which a miss looks the tier up in and a hit does not.
+func BenchmarkHitTierOverrides(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	bs := backends(b, 8)
+	cc := affinity.NewCoarseClock(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = cc.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	for _, name := range []string{"none", "overrides"} {
+		var cfg affinity.Config
+		if name == "overrides" {
+			cfg.Tiers = map[string]affinity.TierConfig{
+				"gold":  {StickyTTLSeconds: affinity.TTLSeconds(7200)},
+				"batch": {StickyTTLSeconds: affinity.TTLSeconds(60)},
+			}
+		}
+		s := newBenchScheduler(b, cfg, affinity.WithClock(cc))
+		for _, id := range ids {
+			if _, _, err := s.SelectBackend(id, "gold", bs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(name, func(b *testing.B) {
+			benchmin.Batched(b, func(i int) {
+				if _, ok, err := s.SelectBackend(ids[i&(benchSessions-1)], "gold", bs); !ok || err != nil {
+					b.Fatal("not a hit", err)
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkHitOneDrained: the serial hit of BenchmarkHit (CoarseClock, 8 candidates) while
 // a backend that is not among them is drained, so the health set is not all Healthy (a
 // rolling restart, say) and the hit must know its backend's state.

@@ -29,8 +29,7 @@ func (s *Scheduler) decide(sessionID, tier string, cands []Backend, aware bool, 
 	t := s.t
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
-	cls, enabled := t.classOf(tier)
-	if !enabled { // TTL 0: the (bounded-load) HRW winner, nothing stored
+	if t.someDisabled && !t.enabled(tier) { // TTL 0: the (bounded-load) HRW winner, nothing stored
 		pl, err := s.placeNew(kh, cands, aware, units)
 		if err != nil {
 			return -1, 0, grant{}, err
@@ -70,6 +69,9 @@ func (s *Scheduler) decide(sessionID, tier string, cands []Backend, aware bool, 
 			}
 		}
 	}
+	// The TTL class of a new binding, looked up only now: with tier overrides it is a map
+	// lookup that a hit does not need (it reads the binding's own class).
+	cls, _ := t.classOf(tier)
 	return s.decideLocked(sh, i, kh, tier, sessionID, cls, cands, aware, units, now)
 }
 

@@ -35,14 +35,17 @@ import (
 // All methods are safe for concurrent use. Table methods count only evictions and
 // expirations; hits, misses and broken bindings are counted by the Scheduler.
 type Table struct {
-	shards     []shard
-	shift      uint    // shard = keyHash >> shift
-	ttls       []int64 // per TTL class, nanoseconds, > 0
-	defClass   int     // class of tiers without override; -1: affinity disabled
-	tierClass  map[string]int
-	maxSession int
-	clock      clockReader
-	rec        metrics.Recorder
+	shards    []shard
+	shift     uint    // shard = keyHash >> shift
+	ttls      []int64 // per TTL class, nanoseconds, > 0
+	defClass  int     // class of tiers without override; -1: affinity disabled
+	tierClass map[string]int
+	// someDisabled: some tier's TTL is 0 (the default's or an override), so a call must
+	// look its tier's class up before it locks a shard (a disabled tier locks none).
+	someDisabled bool
+	maxSession   int
+	clock        clockReader
+	rec          metrics.Recorder
 }
 
 // NewTable validates cfg (see [Config]) and returns an empty table; errors wrap
@@ -98,6 +101,10 @@ func newTable(r resolved, o options) *Table {
 			t.tierClass[name] = class(d)
 		}
 	}
+	t.someDisabled = t.defClass < 0
+	for _, c := range t.tierClass {
+		t.someDisabled = t.someDisabled || c < 0
+	}
 	n, bits := maxShards, uint(6)
 	for n > 1 && r.maxBindings/n < minPerShard {
 		n, bits = n/2, bits-1
@@ -131,6 +138,12 @@ func (t *Table) classOf(tier string) (cls uint8, ok bool) {
 		}
 	}
 	return uint8(c), c >= 0
+}
+
+// enabled reports whether tier's TTL is not 0 (classOf's ok).
+func (t *Table) enabled(tier string) bool {
+	_, ok := t.classOf(tier)
+	return ok
 }
 
 // TTL returns the sticky TTL of tier (0: affinity disabled for it).
