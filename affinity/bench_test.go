@@ -223,6 +223,51 @@ func BenchmarkHitTierOverrides(b *testing.B) {
 	}
 }
 
+// BenchmarkHitPartitioned separates the two costs of BenchmarkHit's parallel variant: the
+// hit's own work and the cache lines that both cores write (each hit locks its shard and
+// moves its entry to the front of the shard's LRU list, so the lock's line and the
+// entries go from core to core). The hot set is split by shard: the sessions of even and
+// of odd shards (the top 6 bits of hrw.KeyHash choose one of the 64 shards, see [Table]).
+// "parallel-mixed": each goroutine alternates between the halves, as BenchmarkHit's do;
+// "parallel-split": goroutine g only hits the shards of parity g, so no line of a shard
+// is written by both cores — the throughput the hit would reach if nothing were shared.
+func BenchmarkHitPartitioned(b *testing.B) {
+	ids := benchSessionIDs(benchSessions)
+	bs := backends(b, 8)
+	cc := affinity.NewCoarseClock(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = cc.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	s := newBenchScheduler(b, affinity.Config{}, affinity.WithClock(cc))
+	var half [2][]string
+	for _, id := range ids {
+		if _, _, err := s.SelectBackend(id, "", bs); err != nil {
+			b.Fatal(err)
+		}
+		p := int(hrw.KeyHash(id)>>58) & 1
+		half[p] = append(half[p], id)
+	}
+	const n = 1024 // per half (each holds about 2,048)
+	if len(half[0]) < n || len(half[1]) < n {
+		b.Fatal("uneven halves")
+	}
+	hit := func(id string) {
+		if _, ok, err := s.SelectBackend(id, "", bs); !ok || err != nil {
+			b.Fatal("not a hit", err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		benchmin.Batched(b, func(i int) { hit(half[i&1][(i>>1)&(n-1)]) })
+	})
+	b.Run("parallel-mixed", func(b *testing.B) {
+		benchmin.Parallel(b, 2, func(g, i int) { hit(half[(i^g)&1][(parallelOffset(g)+i>>1)&(n-1)]) })
+	})
+	b.Run("parallel-split", func(b *testing.B) {
+		benchmin.Parallel(b, 2, func(g, i int) { hit(half[g][i&(n-1)]) })
+	})
+}
+
 // BenchmarkHitOneDrained: the serial hit of BenchmarkHit (CoarseClock, 8 candidates) while
 // a backend that is not among them is drained, so the health set is not all Healthy (a
 // rolling restart, say) and the hit must know its backend's state.
