@@ -105,3 +105,61 @@ func TestTableModel(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 }
+
+// TestTableManyTTLClasses: with more distinct TTLs than a shard keeps beside its lock
+// (seven classes here), eviction still takes the oldest binding of any class and expiry
+// follows each binding's own TTL. MaxBindings 16 gives one shard.
+func TestTableManyTTLClasses(t *testing.T) {
+	tiers := []string{"t100", "t200", "t300", "t400", "t500", "t600"}
+	cfg := affinity.Config{MaxBindings: 16, Tiers: map[string]affinity.TierConfig{}}
+	for i, tier := range tiers {
+		cfg.Tiers[tier] = affinity.TierConfig{StickyTTLSeconds: affinity.TTLSeconds(int64(100 * (i + 1)))}
+	}
+	tb, clk, rec := newTable(t, cfg)
+	type binding struct {
+		tier    string
+		ttl     time.Duration
+		lastUse time.Time
+	}
+	live := map[string]binding{}
+	bind := func(i int) {
+		s, tier := fmt.Sprintf("s%d", i), tiers[(i+5)%len(tiers)] // s0 in t600, the last class
+		clk.Advance(time.Second)
+		require.NoError(t, tb.Bind(s, tier, "b1"))
+		live[s] = binding{tier, tb.TTL(tier), clk.Now()}
+	}
+	for i := range 16 {
+		bind(i)
+	}
+	bind(16) // at the cap: evicts s0 (the oldest, in class t600)
+	delete(live, "s0")
+	_, ok := tb.Get("s0", "t600")
+	assert.False(t, ok)
+	require.Equal(t, []metrics.Event{{Kind: metrics.KindEvicted, Tier: "t600"}}, rec.Events())
+
+	clk.Advance(time.Second)
+	_, ok = tb.Touch("s1", live["s1"].tier) // s1 becomes the newest; s2 is now the oldest
+	require.True(t, ok)
+	live["s1"] = binding{live["s1"].tier, live["s1"].ttl, clk.Now()}
+	bind(17)
+	delete(live, "s2")
+	_, ok = tb.Get("s2", tiers[(2+5)%len(tiers)])
+	assert.False(t, ok)
+	assert.EqualValues(t, 2, tb.Stats().Evictions)
+
+	clk.Advance(250 * time.Second) // t100 and t200 expire
+	expired := 0
+	for s, b := range live {
+		if clk.Now().Sub(b.lastUse) >= b.ttl {
+			expired++
+			delete(live, s)
+		}
+	}
+	require.Positive(t, expired)
+	require.Equal(t, expired, tb.Sweep())
+	require.Equal(t, len(live), tb.Len())
+	for s, b := range live {
+		_, ok := tb.Get(s, b.tier)
+		assert.True(t, ok, s)
+	}
+}
