@@ -10,7 +10,7 @@ import (
 )
 
 // The hot path's JSON handling: a request's "model" and a response's top-level keys are
-// found by one scan over the raw bytes after json.Valid (no decoding into maps or
+// found in the same pass that validates the body (scanJSON: no decoding into maps or
 // structs, no allocation), and response bodies are assembled in pooled buffers.
 
 // skipWS returns the index of the first non-whitespace byte of b at or after i.
@@ -35,7 +35,7 @@ func skipString(b []byte, i int) int {
 }
 
 // skipValue returns the index just past the JSON value starting at b[i]. b must be valid
-// JSON (json.Valid), so only strings and nesting need tracking.
+// JSON (json.Valid, scanJSON), so only strings and nesting need tracking.
 func skipValue(b []byte, i int) int {
 	switch b[i] {
 	case '"':
@@ -99,14 +99,14 @@ func keyIs(raw []byte, key string) bool {
 	return json.Unmarshal(q, &s) == nil && s == key
 }
 
-// jsonObject reports whether b is valid JSON whose top-level value is an object, and
-// the index of its '{'. Cost: one json.Valid pass, 0 allocs.
+// jsonObject reports whether b is valid JSON (json.Valid) whose top-level value is an
+// object, and the index of its '{'. Cost: one pass (scanJSON), 0 allocs.
 func jsonObject(b []byte) (int, bool) {
-	i := skipWS(b, 0)
-	if i == len(b) || b[i] != '{' || !json.Valid(b) {
+	top, obj, _ := scanJSON(b)
+	if !obj {
 		return 0, false
 	}
-	return i, true
+	return top.open, true
 }
 
 // appendJSONString appends s as a JSON string. s is a backend ID or tier from the

@@ -97,25 +97,25 @@ type usage struct {
 }
 
 // usageOf returns the "usage" member of a JSON object (zero if absent or malformed).
-// Cost: one json.Valid pass and a scan of the keys (usageAt), 0 allocs.
+// Cost: one pass (scanJSON) and a scan of the usage object's keys, 0 allocs.
 func usageOf(data []byte) usage {
-	open, ok := jsonObject(data)
-	if !ok {
+	top, obj, _ := scanJSON(data)
+	if !obj {
 		return usage{}
 	}
-	return usageAt(data, open)
+	return usageValue(top.usage)
 }
 
-// usageAt returns the "usage" member of the valid JSON object at obj[open] == '{': zero
-// if it is absent, not an object, or a count in it is not a non-negative integer (what
-// decoding it into usage with encoding/json would reject). No decoding, 0 allocs.
-func usageAt(obj []byte, open int) usage {
-	v, ok := member(obj, open, "usage")
-	if !ok || len(v) == 0 || v[0] != '{' {
+// usageValue decodes v, the raw value of a valid JSON object's "usage" member (nil:
+// absent): zero if it is absent, not an object, or a count in it is not a non-negative
+// integer (what decoding it into usage with encoding/json would reject). No decoding,
+// 0 allocs.
+func usageValue(v []byte) usage {
+	if len(v) == 0 || v[0] != '{' {
 		return usage{}
 	}
 	var u usage
-	ok = tokenCount(v, 0, "prompt_tokens", &u.PromptTokens) && tokenCount(v, 0, "completion_tokens", &u.CompletionTokens)
+	ok := tokenCount(v, 0, "prompt_tokens", &u.PromptTokens) && tokenCount(v, 0, "completion_tokens", &u.CompletionTokens)
 	if d, found := member(v, 0, "prompt_tokens_details"); ok && found && len(d) > 0 && d[0] == '{' {
 		ok = tokenCount(d, 0, "cached_tokens", &u.PromptTokensDetails.CachedTokens)
 	}

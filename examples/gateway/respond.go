@@ -60,10 +60,10 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	_ = resp.Body.Close()
 	out := pool.Get()[:0]
 	var u usage
-	if open, ok := jsonObject(data); ok {
-		u = usageAt(data, open)
-		if _, dup := member(data, open, MetadataKey); !dup {
-			out = appendInjected(out, data, open, b.id, hit, st.tier)
+	if top, obj, _ := scanJSON(data); obj { // one pass: validity, usage, an existing key
+		u = usageValue(top.usage)
+		if !top.meta {
+			out = appendInjected(out, data, top.open, b.id, hit, st.tier)
 		}
 	}
 	if len(out) == 0 { // not a JSON object, or already has the key: unchanged
@@ -139,18 +139,16 @@ func injectable(resp *http.Response) bool {
 // InjectMetadata inserts `"x_agent_serve": meta` as the first member of the JSON
 // object in body, keeping the rest byte for byte. It returns body unchanged and
 // false when body is not a valid JSON object or already has the key at top level.
-// meta must be valid JSON. Cost: O(len(body)): one validation pass (json.Valid) and one
-// scan of the top-level keys, no decoding; one allocation (the result, about
+// meta must be valid JSON. Cost: O(len(body)): one pass that validates body as json.Valid
+// does and finds its top-level keys, no decoding; one allocation (the result, about
 // len(body)+len(meta) bytes). Safe for concurrent use. The gateway itself does the same
 // into pooled buffers.
 func InjectMetadata(body, meta []byte) ([]byte, bool) {
-	open, ok := jsonObject(body)
-	if !ok {
+	top, obj, _ := scanJSON(body)
+	if !obj || top.meta {
 		return body, false
 	}
-	if _, dup := member(body, open, MetadataKey); dup {
-		return body, false
-	}
+	open := top.open
 	out := make([]byte, 0, len(body)+len(meta)+len(MetadataKey)+4)
 	out = append(out, body[:open+1]...)
 	out = append(out, '"')

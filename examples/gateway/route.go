@@ -259,10 +259,9 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	if len(body) == 0 {
 		return "", errors.New("malformed JSON request body: empty body")
 	}
-	if open, ok := jsonObject(body); ok { // the fast path: no decoding
-		v, found := member(body, open, "model")
-		switch {
-		case !found || string(v) == "null":
+	if top, obj, _ := scanJSON(body); obj { // the fast path: no decoding
+		switch v := top.model; {
+		case v == nil || string(v) == "null":
 			return "", nil
 		case len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0:
 			return string(v[1 : len(v)-1]), nil
