@@ -145,12 +145,18 @@ const (
 	maxPooledBuffer = 256 << 10
 )
 
-type bufferPool struct{ p sync.Pool }
+// bufferPool pools buffers by pointer (sync.Pool holds interface values: a slice would
+// be boxed, an allocation per Put). The pointers themselves are recycled through
+// holders, so that neither Get nor Put allocates once the pools are warm.
+type bufferPool struct{ p, holders sync.Pool }
 
 // Get returns a buffer of length copyBufferSize (httputil.BufferPool).
 func (bp *bufferPool) Get() []byte {
-	if b, ok := bp.p.Get().(*[]byte); ok {
-		return (*b)[:copyBufferSize]
+	if h, ok := bp.p.Get().(*[]byte); ok {
+		b := (*h)[:copyBufferSize]
+		*h = nil
+		bp.holders.Put(h)
+		return b
 	}
 	return make([]byte, copyBufferSize)
 }
@@ -160,7 +166,12 @@ func (bp *bufferPool) Put(b []byte) {
 	if cap(b) < copyBufferSize || cap(b) > maxPooledBuffer {
 		return
 	}
-	bp.p.Put(&b)
+	h, ok := bp.holders.Get().(*[]byte)
+	if !ok {
+		h = new([]byte)
+	}
+	*h = b
+	bp.p.Put(h)
 }
 
 // pooledBody is a response body assembled in a pooled buffer; Close returns the buffer.
@@ -208,19 +219,19 @@ var errTooLarge = errors.New("gateway: body over the limit")
 
 // readRequestBody reads the request body (at most limit bytes, else an
 // *http.MaxBytesError like http.MaxBytesReader's). With a known Content-Length it makes
-// one allocation of exactly that size instead of io.ReadAll's doublings.
+// one allocation of exactly that size instead of io.ReadAll's doublings, and needs no
+// http.MaxBytesReader: the server's body reader ends at the Content-Length.
 func readRequestBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, limit)
 	if n := r.ContentLength; n > 0 && n <= limit {
 		buf := make([]byte, n)
-		if _, err := io.ReadFull(body, buf); err != nil {
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
 			return nil, err
 		}
 		var one [1]byte
-		if _, err := body.Read(one[:]); err != io.EOF && err != nil {
+		if _, err := r.Body.Read(one[:]); err != io.EOF && err != nil {
 			return nil, err
 		}
 		return buf, nil
 	}
-	return io.ReadAll(body)
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }

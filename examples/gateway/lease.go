@@ -39,7 +39,7 @@ func (st *route) setOutcome(h http.Header) {
 	o := st.lease.Outcome
 	st.mu.Unlock()
 	if o != 0 {
-		h[HeaderOutcome] = []string{o.String()} // canonical already
+		h[HeaderOutcome] = st.headerSlot(2, o.String()) // canonical already
 	}
 }
 
@@ -281,7 +281,8 @@ func wrapLease(st *route, resp *http.Response, u *usage) {
 		return
 	}
 	mt, _ := mediaType(resp.Header.Get("Content-Type"))
-	b := &leaseBody{ReadCloser: resp.Body, st: st, sse: mt == "text/event-stream"}
+	b := &st.lb // one per request: modifyResponse runs once
+	b.ReadCloser, b.st, b.sse = resp.Body, st, mt == "text/event-stream"
 	if u != nil {
 		b.u = *u
 	} else if mt == "application/json" {

@@ -16,7 +16,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	b, _ := st.current()
 	pr.SetURL(b.url)
 	pr.SetXForwarded()
-	if len(st.body) > 0 && pr.Out.ContentLength == int64(len(st.body)) {
+	if len(st.body) > 0 {
 		// ReverseProxy wraps the body in a reader net/http does not recognize as
 		// in-memory, which makes the Transport flush the headers before the body: two
 		// writes per request. Hand it the buffered body itself: one write. The reader is
@@ -24,7 +24,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		// from its write goroutine after RoundTrip returned (an early response), and
 		// nothing reachable from the route (kept alive by an idle connection's context)
 		// holds the body once releaseBody has run.
-		pr.Out.Body = io.NopCloser(bytes.NewReader(st.body))
+		pr.Out.Body = newBodyReader(st.body)
 	}
 }
 
@@ -34,9 +34,10 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	b, hit := st.current()
-	// Canonical keys assigned directly: no canonicalization per response.
-	resp.Header[HeaderBackend] = []string{b.id}
-	resp.Header[HeaderAffinityHit] = []string{strconv.FormatBool(hit)}
+	// Canonical keys assigned directly: no canonicalization per response. The values live
+	// in st (headerSlot): ReverseProxy copies them into the client's header map.
+	resp.Header[HeaderBackend] = st.headerSlot(0, b.id)
+	resp.Header[HeaderAffinityHit] = st.headerSlot(1, strconv.FormatBool(hit))
 	st.setOutcome(resp.Header)
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
@@ -70,12 +71,13 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		out = append(out, data...)
 	}
 	pool.Put(data)
-	pb := &pooledBody{buf: out, pool: pool}
+	pb := &st.pb
+	pb.buf, pb.pool = out, pool
 	pb.r.Reset(out)
 	resp.Body = pb
 	wrapLease(st, resp, &u)
 	resp.ContentLength = int64(len(out))
-	resp.Header["Content-Length"] = []string{strconv.Itoa(len(out))}
+	resp.Header["Content-Length"] = st.headerSlot(3, strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil
 	return nil
 }

@@ -30,15 +30,16 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		g.serveReady(rw)
 		return
 	}
-	w := &outcomeWriter{ResponseWriter: rw}
-	defer g.countOutcome(w)
 	rt := g.state()
+	st := &route{rt: rt, in: r} // one allocation for the request's own state
+	w := &st.ow
+	w.ResponseWriter = rw
+	defer g.countOutcome(w)
 	if !take(&g.limits.reqs, 1, rt.cfg.Limits.MaxInflightRequests) {
 		g.overloaded(w, rt, "requests in flight exceed limits.max_inflight_requests")
 		return
 	}
 	defer g.limits.reqs.Add(-1)
-	st := &route{rt: rt, in: r}
 	defer func() {
 		st.releaseBody()
 		g.unreserve(st, st.reserved.Load())
@@ -99,7 +100,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if len(body) == 0 {
 		out.Body, out.GetBody = http.NoBody, nil
 	} else {
-		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.Body = bodyInRewrite{} // rewrite gives the outgoing request its own reader
 		out.GetBody = st.getBody
 	}
 	g.proxy.ServeHTTP(w, out)
@@ -128,8 +129,32 @@ func needsSession(r *http.Request) bool {
 func (st *route) getBody() (io.ReadCloser, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return io.NopCloser(bytes.NewReader(st.body)), nil
+	return newBodyReader(st.body), nil
 }
+
+// bodyReader is a request body in memory: one allocation where io.NopCloser over a
+// bytes.Reader makes two.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := &bodyReader{}
+	r.Reset(b)
+	return r
+}
+
+// Close does nothing.
+func (*bodyReader) Close() error { return nil }
+
+// bodyInRewrite stands for a non-empty request body between ServeHTTP and rewrite, which
+// replaces it with the outgoing request's own reader (httputil.ReverseProxy clones the
+// request in between, so a reader made earlier would be a wasted allocation). Reading it
+// is an error: a path that skipped rewrite must not send an empty body.
+type bodyInRewrite struct{}
+
+var errBodyInRewrite = errors.New("gateway: request body read before rewrite")
+
+func (bodyInRewrite) Read([]byte) (int, error) { return 0, errBodyInRewrite }
+func (bodyInRewrite) Close() error             { return nil }
 
 // releaseBody drops the route's references to the request body once the request is
 // done. Requests stay referenced after that (by the context of an idle backend
@@ -161,6 +186,21 @@ type route struct {
 	reserved atomic.Int64   // bytes charged to the in-flight budget (limits.go)
 	lease    affinity.Lease // of the current attempt (lease.go)
 	cost     int64          // Acquire cost: body bytes / 4
+
+	// Per-request objects kept here to save an allocation each: the response writer
+	// wrapper, the bodies modifyResponse installs (at most one of each per request) and
+	// the values of the response headers it sets (slices of length and capacity 1 into
+	// hdr: an append by anyone copies).
+	ow  outcomeWriter
+	pb  pooledBody
+	lb  leaseBody
+	hdr [4]string
+}
+
+// headerSlot returns a one-value header slice holding v, backed by st.hdr[i].
+func (st *route) headerSlot(i int, v string) []string {
+	st.hdr[i] = v
+	return st.hdr[i : i+1 : i+1]
 }
 
 func (st *route) current() (*backend, bool) {
@@ -207,8 +247,8 @@ func (st *route) choose() (*backend, bool, error) {
 }
 
 func (rt *routing) sessionID(r *http.Request) string {
-	for _, h := range rt.cfg.SessionHeaders {
-		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
+	for _, k := range rt.sessionKeys {
+		if v := strings.TrimSpace(headerValue(r.Header, k)); v != "" {
 			return v
 		}
 	}
@@ -217,16 +257,25 @@ func (rt *routing) sessionID(r *http.Request) string {
 
 // parentSessionID returns the first non-empty parent_session_headers value ("" if none).
 func (rt *routing) parentSessionID(r *http.Request) string {
-	for _, h := range rt.cfg.ParentSessionHeaders {
-		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
+	for _, k := range rt.parentKeys {
+		if v := strings.TrimSpace(headerValue(r.Header, k)); v != "" {
 			return v
 		}
 	}
 	return ""
 }
 
+// headerValue is h.Get(key) for a key already in canonical form: the first value, ""
+// if none. A map lookup, 0 allocs.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 func (rt *routing) tier(r *http.Request, model string) (string, error) {
-	if v := r.Header.Get(rt.cfg.TierHeader); v != "" {
+	if v := headerValue(r.Header, rt.tierKey); v != "" {
 		v = strings.TrimSpace(v)
 		if !rt.knownTiers[v] {
 			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), rt.cfg.TierHeader)

@@ -25,6 +25,12 @@ type routing struct {
 	tierNodes  map[string][]*backend
 	knownTiers map[string]bool
 	tenants    *tenants // nil: no tenant scoping
+
+	// The configured request headers in canonical form (http.CanonicalHeaderKey), so
+	// that reading them is a map lookup: Header.Get canonicalizes its argument on every
+	// call, and allocates for a name such as X-Session-ID that is not canonical.
+	sessionKeys, parentKeys []string
+	tierKey                 string
 }
 
 // newRouting builds the backend and tier tables of cfg (validated, defaults applied);
@@ -37,6 +43,13 @@ func newRouting(cfg Config) (*routing, error) {
 		tierNodes:  make(map[string][]*backend),
 		knownTiers: map[string]bool{"": true},
 		tenants:    newTenants(cfg.Tenant),
+		tierKey:    http.CanonicalHeaderKey(cfg.TierHeader),
+	}
+	for _, h := range cfg.SessionHeaders {
+		rt.sessionKeys = append(rt.sessionKeys, http.CanonicalHeaderKey(h))
+	}
+	for _, h := range cfg.ParentSessionHeaders {
+		rt.parentKeys = append(rt.parentKeys, http.CanonicalHeaderKey(h))
 	}
 	for _, bc := range cfg.Backends {
 		u, _ := url.Parse(bc.URL) // validated

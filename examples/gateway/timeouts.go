@@ -143,10 +143,10 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 // the returned response's body enforces the stream-idle timeout and releases the
 // attempt's context when closed. The error wraps [ErrBackendTimeout] on a timeout.
 func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
-	a := &attemptInfo{}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	at := &attemptTimer{g: g, backend: b.id, cancel: cancel, start: time.Now(),
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
+	a := &at.info // one allocation for both
 	at.arm()
 	var resp *http.Response
 	var err error
@@ -207,7 +207,8 @@ type attemptTimer struct {
 	ended bool  // fired for good or stopped
 	fired error // the bound that fired, if one did
 
-	rd idleBody // the response body, once the headers arrived
+	rd   idleBody    // the response body, once the headers arrived
+	info attemptInfo // what the attempt's connection saw (returned by attempt)
 }
 
 // arm starts the timer (the response-header phase).
