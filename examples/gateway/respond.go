@@ -23,8 +23,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		// the outgoing request's own, not the route's: net/http.Transport may still read it
 		// from its write goroutine after RoundTrip returned (an early response), and
 		// nothing reachable from the route (kept alive by an idle connection's context)
-		// holds the body once releaseBody has run.
-		pr.Out.Body = newBodyReader(st.body)
+		// holds the body once releaseBody has run. It must stay io.NopCloser over a
+		// *bytes.Reader, which net/http knows is in memory: a reader type of our own
+		// would bring back the early flush (TestRewriteBodyOneWrite).
+		pr.Out.Body = io.NopCloser(bytes.NewReader(st.body))
 	}
 }
 

@@ -129,21 +129,8 @@ func needsSession(r *http.Request) bool {
 func (st *route) getBody() (io.ReadCloser, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return newBodyReader(st.body), nil
+	return io.NopCloser(bytes.NewReader(st.body)), nil
 }
-
-// bodyReader is a request body in memory: one allocation where io.NopCloser over a
-// bytes.Reader makes two.
-type bodyReader struct{ bytes.Reader }
-
-func newBodyReader(b []byte) *bodyReader {
-	r := &bodyReader{}
-	r.Reset(b)
-	return r
-}
-
-// Close does nothing.
-func (*bodyReader) Close() error { return nil }
 
 // bodyInRewrite stands for a non-empty request body between ServeHTTP and rewrite, which
 // replaces it with the outgoing request's own reader (httputil.ReverseProxy clones the
