@@ -1,9 +1,11 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -65,6 +67,83 @@ func BenchmarkServeHTTP(b *testing.B) {
 		req.Header.Set("X-Session-ID", "session-1")
 		clear(w.h)
 		g.ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkServeHTTPLoopback is BenchmarkServeHTTP through the default backend client
+// (backend_client: direct) to a backend on a loopback socket, so it counts what the
+// gateway does per request on that path too: the keep-alive pool, the writes and reads
+// of the backend connection, the response parse. The backend is a minimal HTTP/1.1
+// responder in this process (no net/http server, so that its allocations stay out of
+// the count; its CPU is in ns/op).
+func BenchmarkServeHTTPLoopback(b *testing.B) {
+	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"[fakevllm simulator] ok"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":812,"completion_tokens":4,"total_tokens":816,"prompt_tokens_details":{"cached_tokens":800}}}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go cannedHTTP(ln, append([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(resp))+"\r\n\r\n"), resp...))
+	cfg, err := gateway.ParseConfig([]byte("backends:\n  - {id: b0, url: \"http://" + ln.Addr().String() + "\"}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	reqBody := []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"ping"}]}`)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(reqBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-ID", "session-1")
+		clear(w.h)
+		g.ServeHTTP(w, req)
+		if got := w.h.Get(gateway.HeaderBackend); got != "b0" {
+			b.Fatalf("backend header %q", got)
+		}
+	}
+}
+
+// cannedHTTP answers every HTTP/1.1 request on ln's connections with answer (requests
+// with a Content-Length body only, as the gateway sends them).
+func cannedHTTP(ln net.Listener, answer []byte) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				n := int64(0)
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						return
+					}
+					if len(line) <= 2 {
+						break
+					}
+					if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
+						n, _ = strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+					}
+				}
+				if _, err := br.Discard(int(n)); err != nil {
+					return
+				}
+				if _, err := c.Write(answer); err != nil {
+					return
+				}
+			}
+		}()
 	}
 }
 

@@ -76,6 +76,7 @@ type hopConn struct {
 	bw        *bufio.Writer
 	addr      string
 	idleSince time.Time
+	peek      peeker // alive check before reuse
 }
 
 func newDirectTransport(t TimeoutsConfig) *directTransport {
@@ -121,6 +122,7 @@ func (t *directTransport) roundTrip(req *http.Request, a *attemptInfo) (*http.Re
 			return nil, ctxErr(ctx, err)
 		}
 		c = &hopConn{Conn: nc, in: readBudget{Conn: nc, left: math.MaxInt64}, out: connWriter{Conn: nc}, addr: addr}
+		c.peek.init(nc)
 		c.br = bufio.NewReaderSize(&c.in, 16<<10)
 		c.bw = bufio.NewWriterSize(&c.out, 16<<10)
 	}
@@ -210,7 +212,7 @@ func (t *directTransport) get(addr string) (*hopConn, bool) {
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
 		t.mu.Unlock()
-		if now.Sub(c.idleSince) < t.idleTimeout && alive(c.Conn) {
+		if now.Sub(c.idleSince) < t.idleTimeout && c.peek.alive() {
 			return c, true
 		}
 		_ = c.Conn.Close()
