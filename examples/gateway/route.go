@@ -34,7 +34,12 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	st := &route{rt: rt, in: r} // one allocation for the request's own state
 	w := &st.ow
 	w.ResponseWriter = rw
-	defer g.countOutcome(w)
+	defer func() {
+		g.countOutcome(w)
+		// The route may outlive the request (an idle backend connection of the net/http
+		// client keeps its last request's context); the client's writer must not.
+		w.ResponseWriter = nil
+	}()
 	if !take(&g.limits.reqs, 1, rt.cfg.Limits.MaxInflightRequests) {
 		g.overloaded(w, rt, "requests in flight exceed limits.max_inflight_requests")
 		return
