@@ -67,7 +67,8 @@ func topKey(raw []byte) int {
 func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 	var small [8]uint64
 	kinds := small[:] // bit d set: the container at depth d+1 is an object
-	depth := 0
+	depth := 0        // containers open
+	inObj := false    // the innermost open container is an object
 	i := skipWS(b, 0)
 	obj = i < len(b) && b[i] == '{'
 	top.open = i
@@ -90,10 +91,11 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 			if depth/64 == len(kinds) {
 				kinds = append(kinds, 0)
 			}
-			if c == '{' {
-				kinds[depth/64] |= 1 << (depth % 64)
+			inObj = c == '{'
+			if inObj {
+				kinds[depth/64] |= 1 << (uint(depth) % 64)
 			} else {
-				kinds[depth/64] &^= 1 << (depth % 64)
+				kinds[depth/64] &^= 1 << (uint(depth) % 64)
 			}
 			depth++
 			if c == '[' {
@@ -160,10 +162,9 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 			if i >= len(b) {
 				return top, false, false
 			}
-			isObj := kinds[(depth-1)/64]&(1<<((depth-1)%64)) != 0
 			if b[i] == ',' {
 				i = skipWS(b, i+1)
-				if isObj {
+				if inObj {
 					var ok bool
 					if i, key, ok = scanKey(b, i, depth, key); !ok {
 						return top, false, false
@@ -174,11 +175,13 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 				}
 				break
 			}
-			if (isObj && b[i] != '}') || (!isObj && b[i] != ']') {
+			if (inObj && b[i] != '}') || (!inObj && b[i] != ']') {
 				return top, false, false
 			}
 			i++
-			depth--
+			if depth--; depth > 0 {
+				inObj = kinds[(depth-1)/64]&(1<<(uint(depth-1)%64)) != 0
+			}
 		}
 	}
 }

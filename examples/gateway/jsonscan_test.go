@@ -76,3 +76,34 @@ func FuzzScanJSON(f *testing.F) {
 		`"usage":{"prompt_tokens":812,"completion_tokens":4,"total_tokens":816,"prompt_tokens_details":{"cached_tokens":800}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) { checkScan(t, data) })
 }
+
+// BenchmarkScanJSON: the one-pass scan of a chat completion response against
+// encoding/json's json.Valid alone (which the scan replaces, with the key scans after it).
+func BenchmarkScanJSON(b *testing.B) {
+	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"[fakevllm simulator] ok"},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":812,"completion_tokens":4,"total_tokens":816,"prompt_tokens_details":{"cached_tokens":800}}}`)
+	req := []byte(`{"model":"m","max_tokens":4,"messages":[{"role":"system","content":"` +
+		strings.Repeat("You are a careful coding agent. ", 100) + `"},{"role":"user","content":"run the tests"}]}`)
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"response", resp}, {"request", req}} {
+		b.Run(tc.name+"/scanJSON", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				if _, obj, _ := scanJSON(tc.body); !obj {
+					b.Fatal("not an object")
+				}
+			}
+		})
+		b.Run(tc.name+"/json.Valid", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				if !json.Valid(tc.body) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
+}
