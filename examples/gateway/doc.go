@@ -60,9 +60,8 @@
 // existing "x_agent_serve" key; the metadata is spliced in after the response
 // object's '{' without re-encoding the document. Response bodies are assembled in
 // pooled buffers and the ReverseProxy copies through pooled 32 KiB buffers
-// (httputil.BufferPool); a non-streaming response
-// is written in one piece (no per-write flush). Backend connections are kept alive (256
-// idle per backend). See BenchmarkServeHTTP, BenchmarkServeHTTPLoopback (the direct
+// (httputil.BufferPool); a non-streaming response is written in one piece (no
+// per-write flush). Backend connections are kept alive (256 idle per backend). See BenchmarkServeHTTP, BenchmarkServeHTTPLoopback (the direct
 // client on a loopback socket) and the peer comparison in the README.
 //
 // # Reload and restart
