@@ -61,8 +61,9 @@
 // object's '{' without re-encoding the document. Response bodies are assembled in
 // pooled buffers and the ReverseProxy copies through pooled 32 KiB buffers
 // (httputil.BufferPool); a non-streaming response is written in one piece (no
-// per-write flush). Backend connections are kept alive (256 idle per backend). See BenchmarkServeHTTP, BenchmarkServeHTTPLoopback (the direct
-// client on a loopback socket) and the peer comparison in the README.
+// per-write flush). Backend connections are kept alive (256 idle per backend). See
+// BenchmarkServeHTTP, BenchmarkServeHTTPLoopback (the direct client on a loopback
+// socket) and the peer comparison in the README.
 //
 // # Reload and restart
 //
