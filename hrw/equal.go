@@ -14,10 +14,13 @@ const packedMax = 64
 // nodes (a leaf: no stack frame). ok=false means more nodes, weights that are not all
 // equal and positive, or two nodes that may tie: the caller goes on with pickWeighted.
 // It runs a branch-free loop: the packed value v is the node's mid value with its 33
-// low bits replaced by the index, so the largest v has
-// the largest top 31 bits, hence the largest m, and its index. s2 is the second largest
-// v; if it shares the top 31 bits with the largest, ok=false (about n·2^-31 of the
-// keys). c carries the constants (see mixer); not inlined, so that they stay variables.
+// low bits replaced by the index, so the largest v has the largest top 31 bits, hence
+// the largest m, and its index. The tie check is a second maximum over v^keyIdx (the
+// index bits reversed): a top-31-bit tie makes the two maxima belong to different
+// nodes (the largest and the smallest tied index), so ok=false (about n·2^-31 of the
+// keys). It costs one xor and one maximum per node, one move less than tracking the
+// second largest v. c carries the constants (see mixer); not inlined, so that they
+// stay variables.
 //
 //go:noinline
 func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
@@ -28,17 +31,17 @@ func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 	if w0 == 0 || wbits(&nodes[len(nodes)-1]) != w0 || len(nodes) > packedMax {
 		return 0, false // (the last node's weight: varied weights leave at once)
 	}
-	var bv, s2 uint64
+	var bv, br uint64
 	for i := range nodes {
 		n := &nodes[i]
 		if wbits(n) != w0 {
 			return 0, false
 		}
 		v := c.mid(kp^n.pre)&c.hi | uint64(i)
-		s2 = max(s2, min(bv, v))
 		bv = max(bv, v)
+		br = max(br, v^keyIdx)
 	}
-	return int(bv & low33), bv^s2 > low33
+	return int(bv & low33), bv^br == keyIdx
 }
 
 // maxPacked is pickEqual's branch-free loop over contiguous premixed hashes (no
@@ -48,13 +51,13 @@ func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 //
 //go:noinline
 func maxPacked(kp uint64, pre []uint64, c mixer) (int, bool) {
-	var bv, s2 uint64
+	var bv, br uint64
 	for i, h := range pre {
 		v := c.mid(kp^h)&c.hi | uint64(i)
-		s2 = max(s2, min(bv, v))
 		bv = max(bv, v)
+		br = max(br, v^keyIdx)
 	}
-	return int(bv & low33), bv^s2 > low33
+	return int(bv & low33), bv^br == keyIdx
 }
 
 // ahead reports whether a node (mid value z, ID id) comes before the best so far (bz,

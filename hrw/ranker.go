@@ -99,11 +99,21 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // node that cannot win even with the set's largest weight (the conversion and product
 // of the weighted scan only for the others).
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
+	if r.uniform && len(r.pre) <= packedMax { // (an empty set fails ok)
+		if i, ok := maxPacked(premix(keyHash), r.pre, newMixer()); ok {
+			return r.live[i], true
+		}
+	}
+	return r.pick(premix(keyHash))
+}
+
+// pick is Pick after the branch-free equal-weight loop declined (out of line, so that
+// Pick's usual path has no stack frame to spill into).
+func (r *Ranker) pick(kp uint64) (Node, bool) {
 	live := r.live
 	if len(live) == 0 {
 		return Node{}, false
 	}
-	kp := premix(keyHash)
 	if r.iw != nil {
 		if i, ok := r.pickKeyed(kp); ok {
 			return live[i], true
@@ -117,9 +127,6 @@ func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
 	}
 	if len(live) > packedMax {
 		return live[r.maxUnrolled(kp)], true
-	}
-	if i, ok := maxPacked(kp, r.pre, newMixer()); ok {
-		return live[i], true
 	}
 	return live[pickGeneral(kp, live, nil, r.pre, r.wmax)], true // two nodes may tie on m: decide by ID
 }
