@@ -64,9 +64,9 @@
 // z ^ z>>31, leaves the top 31 bits of z alone, so nodes whose z differ there are
 // ordered by z: the loops run the two multiply-xorshift steps between (as many
 // multiplies as splitmix64 has, one xorshift fewer) and finish the mix only when the
-// top 31 bits tie. Up to 64 nodes the loop is branch-free (the index rides in the 33
-// bits below the top 31; a tie is detected, not resolved, and sends the call to the
-// exact path); above, it is unrolled by four with one well-predicted compare per node.
+// top 31 bits tie. Up to 64 nodes the loop is branch-free (one compare and three
+// conditional moves per node; a tie is detected, not resolved, and sends the call to
+// the exact path); above, it is unrolled by four with one well-predicted compare per node.
 // [Ranker] keeps the hashes contiguous (structure of arrays) and checks weights and
 // duplicates once, at [New]. (This needs
 // the computed ln to be non-decreasing on the 2^-53 grid of u, where neighbouring values

@@ -13,14 +13,8 @@ const packedMax = 64
 // pickEqual is Pick's equal-weight selection over premixed key kp for up to packedMax
 // nodes (a leaf: no stack frame). ok=false means more nodes, weights that are not all
 // equal and positive, or two nodes that may tie: the caller goes on with pickWeighted.
-// It runs a branch-free loop: the packed value v is the node's mid value with its 33
-// low bits replaced by the index, so the largest v has the largest top 31 bits, hence
-// the largest m, and its index. The tie check is a second maximum over v^keyIdx (the
-// index bits reversed): a top-31-bit tie makes the two maxima belong to different
-// nodes (the largest and the smallest tied index), so ok=false (about n·2^-31 of the
-// keys). It costs one xor and one maximum per node, one move less than tracking the
-// second largest v. c carries the constants (see mixer); not inlined, so that they
-// stay variables.
+// It runs a branch-free loop (see maxPacked) with one weight compare per node. c
+// carries the constants (see mixer); not inlined, so that they stay variables.
 //
 //go:noinline
 func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
@@ -28,36 +22,51 @@ func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 		return -1, true
 	}
 	w0 := wbits(&nodes[0])
-	if w0 == 0 || wbits(&nodes[len(nodes)-1]) != w0 || len(nodes) > packedMax {
-		return 0, false // (the last node's weight: varied weights leave at once)
+	if w0 == 0 || len(nodes) > packedMax {
+		return 0, false // (varied weights leave at the first node whose weight differs)
 	}
-	var bv, br uint64
+	bt, tv, bi := uint64(0), uint64(1), 0
 	for i := range nodes {
 		n := &nodes[i]
 		if wbits(n) != w0 {
 			return 0, false
 		}
-		v := c.mid(kp^n.pre)&c.hi | uint64(i)
-		bv = max(bv, v)
-		br = max(br, v^keyIdx)
+		t := c.mid(kp^n.pre) & c.hi
+		if t == bt {
+			tv = t
+		}
+		if t > bt {
+			bi = i
+		}
+		bt = max(bt, t)
 	}
-	return int(bv & low33), bv^br == keyIdx
+	return bi, tv != bt
 }
 
 // maxPacked is pickEqual's branch-free loop over contiguous premixed hashes (no
-// weights), for up to packedMax of them; ok=false: two nodes may tie. Not inlined: inside a larger function
-// the compiler turns the maximum into a branch, which mispredicts, and the constants in
-// c back into constants.
+// weights): the index of the largest top 31 bits t of the mid values, hence of the
+// largest m; ok=false: two nodes may tie. Per node one compare against the running
+// maximum bt feeds three conditional moves (all on one flag, one micro-op each): the
+// index on t > bt, the maximum, and tv = t on t == bt, so that at the end tv == bt
+// exactly when the maximum was reached twice (tv starts at 1, which no t equals: a
+// tie, about n·2^-31 of the keys). Not inlined: inside a larger function the
+// compiler turns the maximum into a branch, which mispredicts, and the constants in c
+// back into constants.
 //
 //go:noinline
 func maxPacked(kp uint64, pre []uint64, c mixer) (int, bool) {
-	var bv, br uint64
+	bt, tv, bi := uint64(0), uint64(1), 0
 	for i, h := range pre {
-		v := c.mid(kp^h)&c.hi | uint64(i)
-		bv = max(bv, v)
-		br = max(br, v^keyIdx)
+		t := c.mid(kp^h) & c.hi
+		if t == bt {
+			tv = t
+		}
+		if t > bt {
+			bi = i
+		}
+		bt = max(bt, t)
 	}
-	return int(bv & low33), bv^br == keyIdx
+	return bi, tv != bt
 }
 
 // ahead reports whether a node (mid value z, ID id) comes before the best so far (bz,

@@ -99,7 +99,7 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // node that cannot win even with the set's largest weight (the conversion and product
 // of the weighted scan only for the others).
 func (r *Ranker) Pick(keyHash uint64) (Node, bool) {
-	if r.uniform && len(r.pre) <= packedMax { // (an empty set fails ok)
+	if r.uniform && uint(len(r.pre)-1) < packedMax { // 1 to packedMax live nodes
 		if i, ok := maxPacked(premix(keyHash), r.pre, newMixer()); ok {
 			return r.live[i], true
 		}
