@@ -60,3 +60,10 @@ func KeyBounds(z uint64) (lo1, loP, loPFixed, hi float64) {
 	hi = upH(float64(int64(x+1)) * 0x1p-31)
 	return float64(x), lowP(float64(int64(x))), float64(lowPFixed(x)), hi
 }
+
+// KeyUpperB returns the first pass's upper bound B(x) = x + x²/(2(1-x)) of -ln(u) at
+// x = (X+1)·2^-31 for a mid value z, computed as proven does (+Inf for x = 1). Test-only.
+func KeyUpperB(z uint64) float64 {
+	x := float64(int64(lowX(z)+1)) * 0x1p-31
+	return x * (2 - x) / (2 * (1 - x))
+}

@@ -106,9 +106,17 @@ func minKeyFixedP(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
 // provably wins against every node whose key is at least k2, the runner-up's key, for
 // t = k2·w/sc (w the node's weight, sc the keys' scale: see the proof above). It takes
 // 1-u <= (X+1)·2^-31, so that it needs no finished mix. False for w == 0 or k2 = NaN.
-func proven(kp, pre uint64, t float64) bool {
+// With tight (after the keys from P) it tests H; otherwise (after the first-order
+// keys, themselves loose by about x/2) the looser B(x) = x + x²/(2(1-x)) =
+// x + x²/2 + x³/2 + ... >= H(x), as B(x) < T <=> x(2-x) < 2T(1-x): two products and no
+// chain of five, which is most of the latency between the loop and the result.
+func proven(kp, pre uint64, t float64, tight bool) bool {
 	x := float64(int64(lowX(mid(kp^pre))+1)) * 0x1p-31
-	return upH(x) < t*(1/(0x1p31*(1+1e-9)))
+	t *= 1 / (0x1p31 * (1 + 1e-9))
+	if tight {
+		return upH(x) < t
+	}
+	return x*(2-x) < 2*t*(1-x) // 2-x and 1-x are exact (x has 31 fraction bits)
 }
 
 // lowX returns X = 2^31-1-t for the top 31 bits t of a mid value z: 1-u lies in
@@ -144,7 +152,7 @@ func pickKeyed(kp uint64, nodes []Node) (int, bool) {
 	b, b2 := minKey(kp, nodes, newMixer())
 	for p := false; ; p = true {
 		i := int(b & keyIdx)
-		if proven(kp, nodes[i].pre, math.Float64frombits(b2&^keyIdx)*nodes[i].weight) {
+		if proven(kp, nodes[i].pre, math.Float64frombits(b2&^keyIdx)*nodes[i].weight, p) {
 			return i, true
 		}
 		if p {
@@ -160,7 +168,7 @@ func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
 	b, b2 := minKeyFixed(kp, r.pre, r.iw, newMixer())
 	for p := false; ; p = true {
 		i := int(b & keyIdx)
-		if proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc) {
+		if proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc, p) {
 			return i, true
 		}
 		if p {

@@ -12,9 +12,9 @@ import (
 )
 
 // checkKeyBounds checks the keyed selection's bounds of L = -ln(u) for the mid value z
-// against math.Log: X·2^-31 <= 2^-31·P <= L <= H((X+1)·2^-31) for every u, and, for
-// 1-u <= 1/2, H <= P·(1+x³/2) + 2^-29 (2^-29 for X vs X+1 and the integer floors): the
-// bounds are tight enough to prove winners.
+// against math.Log: X·2^-31 <= 2^-31·P <= L <= H((X+1)·2^-31) <= B((X+1)·2^-31) for
+// every u, and, for 1-u <= 1/2, H <= P·(1+x³/2) + 2^-29 (2^-29 for X vs X+1 and the
+// integer floors): the bounds are tight enough to prove winners.
 func checkKeyBounds(t *testing.T, z uint64) {
 	t.Helper()
 	kh := uint64(0x9e3779b97f4a7c15)
@@ -31,6 +31,9 @@ func checkKeyBounds(t *testing.T, z uint64) {
 	}
 	if !(hi >= l*(1-tiny)) {
 		t.Fatalf("z=%#x u=%v: upper bound %v below L=%v", z, u, hi, l)
+	}
+	if b := hrw.KeyUpperB(z); !(b >= hi*(1-tiny)) {
+		t.Fatalf("z=%#x u=%v: first-pass upper bound %v below H=%v", z, u, b, hi)
 	}
 	if x := (lo1 + 1) * 0x1p-31; x <= 0.5 && hi > loPFixed*0x1p-31*(1+x*x*x/2)+0x1p-29 {
 		t.Fatalf("z=%#x: bounds too loose: %v .. %v", z, loPFixed*0x1p-31, hi)
