@@ -19,7 +19,7 @@ package hrw
 // Cost: O(n) in nodes, 0 allocs. With equal weights one mix, one weight compare and one
 // integer compare per node. With varied weights, up to 64 nodes one mix, one division,
 // one conversion and one product per node (a second pass with a short polynomial for
-// about 12 % of the keys at 8 nodes, 2 % at 64); above, one mix, one conversion and a
+// about 13 % of the keys at 8 nodes, 2 % at 64); above, one mix, one conversion and a
 // product per node, O(log n) bound evaluations expected; then a scan of the nodes before
 // the winner for its ID (the duplicate rule); only if the winner is a later copy of an
 // ID first given with another weight is the selection redone with duplicates removed

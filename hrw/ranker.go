@@ -89,7 +89,7 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // varied weights over up to 64 live nodes, the branch-free keyed selection of [Pick] in
 // integers: one mix and one integer product per node over the contiguous hashes and
 // fixed-point inverse weights prepared by [New] (no division, no conversion), a second
-// pass with a short polynomial on about 12 % of the keys at 8 nodes (2 % at 64), the
+// pass with a short polynomial on about 13 % of the keys at 8 nodes (2 % at 64), the
 // exact selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
 // least 8 live nodes per weight on average, the equal-weight loop per weight class (the
 // score is increasing in u for a fixed weight) and an exact comparison of the class

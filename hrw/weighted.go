@@ -33,7 +33,7 @@ import "math"
 // The computed scores differ from these by a few ulps (ln is accurate to 1 ulp, then one
 // division), and 1e-9 is about 10^6 times all of these, so ŝ_c > ŝ_j strictly: c is first
 // in the canonical order whatever the tie-breaks. The first-order keys prove the winner
-// unless the two smallest are within about x_c/2 of each other (12 % of the keys at 8
+// unless the two smallest are within about x_c/2 of each other (13 % of the keys at 8
 // nodes with weights from 0.5 to 4, 1.7 % at 64); then the keys with P are taken
 // (within about x_c⁴/5), and if those fail too (0.5-0.8 % of the keys at 8 nodes, 0.01 %
 // at 64), or no weight is positive, the exact selection runs. The fuzz test checks the
