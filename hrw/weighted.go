@@ -44,33 +44,39 @@ import "math"
 const keyIdx = packedMax - 1
 
 // minKey returns the smallest and second smallest packed first-order keys of nodes (at
-// most packedMax of them); ^0 stands for a missing node. Not inlined, so that c stays in
-// registers (see mixer).
+// most packedMax of them); ^0 stands for a missing node. It keeps the two largest
+// complemented keys ^v instead (the same order, reversed: one compare against each and
+// three single-flag conditional moves per node, where the two smallest take two
+// two-micro-op "above" moves). Not inlined, so that c stays in registers (see mixer).
 //
 //go:noinline
 func minKey(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
-	b, b2 = ^uint64(0), ^uint64(0)
 	for i := range nodes {
 		r := 1 / nodes[i].weight // ready long before x: off the critical path
-		v := math.Float64bits(float64(int64(lowX(c.mid(kp^nodes[i].pre))))*r)&^keyIdx | uint64(i)
-		b2 = min(b2, max(b, v))
-		b = min(b, v)
+		v := ^(math.Float64bits(float64(int64(lowX(c.mid(kp^nodes[i].pre))))*r)&^keyIdx | uint64(i))
+		b2 = max(b2, v)
+		if b < v {
+			b2 = b
+		}
+		b = max(b, v)
 	}
-	return b, b2
+	return ^b, ^b2
 }
 
 // minKeyP is minKey with the keys from P.
 //
 //go:noinline
 func minKeyP(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
-	b, b2 = ^uint64(0), ^uint64(0)
 	for i := range nodes {
 		r := 1 / nodes[i].weight
-		v := math.Float64bits(lowP(float64(int64(lowX(c.mid(kp^nodes[i].pre)))))*r)&^keyIdx | uint64(i)
-		b2 = min(b2, max(b, v))
-		b = min(b, v)
+		v := ^(math.Float64bits(lowP(float64(int64(lowX(c.mid(kp^nodes[i].pre)))))*r)&^keyIdx | uint64(i))
+		b2 = max(b2, v)
+		if b < v {
+			b2 = b
+		}
+		b = max(b, v)
 	}
-	return b, b2
+	return ^b, ^b2
 }
 
 // minKeyFixed is minKey over a Ranker's contiguous hashes and fixed-point inverse
@@ -78,28 +84,32 @@ func minKeyP(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
 //
 //go:noinline
 func minKeyFixed(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
-	b, b2 = ^uint64(0), ^uint64(0)
 	iw = iw[:len(pre)]
-	for i, h := range pre {
-		v := lowX(c.mid(kp^h))*iw[i]<<6 | uint64(i)
-		b2 = min(b2, max(b, v))
-		b = min(b, v)
+	for i, h := range pre { // complemented keys, as in minKey
+		v := ^(lowX(c.mid(kp^h))*iw[i]<<6 | uint64(i))
+		b2 = max(b2, v)
+		if b < v {
+			b2 = b
+		}
+		b = max(b, v)
 	}
-	return b, b2
+	return ^b, ^b2
 }
 
 // minKeyFixedP is minKeyFixed with the keys from P.
 //
 //go:noinline
 func minKeyFixedP(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
-	b, b2 = ^uint64(0), ^uint64(0)
 	iw = iw[:len(pre)]
 	for i, h := range pre {
-		v := lowPFixed(lowX(c.mid(kp^h)))*iw[i]<<6 | uint64(i)
-		b2 = min(b2, max(b, v))
-		b = min(b, v)
+		v := ^(lowPFixed(lowX(c.mid(kp^h)))*iw[i]<<6 | uint64(i))
+		b2 = max(b2, v)
+		if b < v {
+			b2 = b
+		}
+		b = max(b, v)
 	}
-	return b, b2
+	return ^b, ^b2
 }
 
 // proven reports whether the node with premixed hash pre, owner of the smallest key,
