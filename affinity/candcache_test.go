@@ -30,9 +30,9 @@ func TestPlacementOverRememberedListsMatchesReference(t *testing.T) {
 			slices.Clone(all[:len(all)/2+1]),  // a subset
 			append(slices.Clone(all), all[0]), // with a duplicate ID
 		}
-		var open []affinity.Lease
+		var open []*affinity.Lease
 		for i := range rng.IntN(40) {
-			if l, err := s.Acquire(fmt.Sprintf("bg%d", i), "", all, int64(1+rng.IntN(3000))); err == nil {
+			if l, err := acquire(s, fmt.Sprintf("bg%d", i), "", all, int64(1+rng.IntN(3000))); err == nil {
 				open = append(open, l)
 			}
 		}
@@ -54,7 +54,7 @@ func TestPlacementOverRememberedListsMatchesReference(t *testing.T) {
 			case 5: // a zero Backend: an error, nothing leased, the list still works after
 				saved := cands[j]
 				cands[j] = affinity.Backend{}
-				_, err := s.Acquire(fmt.Sprintf("zero-%d-%d", round, i), "", cands, 10)
+				_, err := acquire(s, fmt.Sprintf("zero-%d-%d", round, i), "", cands, 10)
 				require.ErrorIs(t, err, affinity.ErrInvalidBackend)
 				cands[j] = saved
 			}
@@ -68,7 +68,7 @@ func TestPlacementOverRememberedListsMatchesReference(t *testing.T) {
 			if eligible {
 				want = refPlace(t, s, session, cands, units, factor)
 			}
-			l, err := s.Acquire(session, "", cands, units)
+			l, err := acquire(s, session, "", cands, units)
 			if !eligible {
 				require.ErrorIs(t, err, affinity.ErrNoEligibleBackend)
 				continue
@@ -99,11 +99,11 @@ func TestWalkOverRememberedListAllocs(t *testing.T) {
 		s, _ := newSched(t, loadCfg(1.25, 1))
 		bs := backendsN(n)
 		for i := range 4 * n { // every backend busy
-			_, err := s.Acquire(fmt.Sprintf("bg%d", i), "", bs, int64(500+i%5*200))
+			_, err := acquire(s, fmt.Sprintf("bg%d", i), "", bs, int64(500+i%5*200))
 			require.NoError(t, err)
 		}
-		l, err := s.Acquire("hot", "", bs, 1000) // the hit below, on a busy backend
-		require.NoError(t, err)
+		var l affinity.Lease                                   // the caller's, reused below
+		require.NoError(t, s.Acquire("hot", "", bs, 1000, &l)) // the hit below, on a busy backend
 		l.Done(affinity.DoneInfo{})
 		ids := make([]string, 20000)
 		for j := range ids {
@@ -116,7 +116,7 @@ func TestWalkOverRememberedListAllocs(t *testing.T) {
 		i := 0
 		miss := testing.AllocsPerRun(500, func() {
 			i++
-			l, err := s.Acquire(ids[i], "", bs, 100)
+			err := s.Acquire(ids[i], "", bs, 100, &l)
 			if err != nil || l.Outcome != affinity.OutcomeMiss {
 				t.Fatal("not a miss", l.Outcome, err)
 			}
@@ -124,7 +124,7 @@ func TestWalkOverRememberedListAllocs(t *testing.T) {
 		})
 		assert.LessOrEqual(t, miss, 1.0, "n=%d: only the stored key", n)
 		hit := testing.AllocsPerRun(500, func() {
-			l, err := s.Acquire("hot", "", bs, 1000)
+			err := s.Acquire("hot", "", bs, 1000, &l)
 			if err != nil || l.Outcome != affinity.OutcomeHit {
 				t.Fatal("not a hit", l.Outcome, err)
 			}

@@ -67,10 +67,10 @@
 //
 // # Load awareness (Acquire and leases)
 //
-// [Scheduler.Acquire](sessionID, tier, candidates, cost) makes the routing decision and
-// leases the request: the chosen backend's outstanding load (in-flight requests and their
-// cost) grows until [Lease.Done], as with grpc-go's balancer.PickResult.Done. The rules
-// add to the contract above:
+// [Scheduler.Acquire](sessionID, tier, candidates, cost, &lease) makes the routing
+// decision and leases the request into a [Lease] the caller owns: the chosen backend's
+// outstanding load (in-flight requests and their cost) grows until [Lease.Done], as with
+// grpc-go's balancer.PickResult.Done. The rules add to the contract above:
 //
 //  13. SelectBackend is unchanged and does no load accounting. With Config.Load absent
 //     (balance_factor 0) Acquire decides exactly as SelectBackend: the same backend, hit
@@ -156,8 +156,11 @@
 //     spill are pure functions of session, candidates, health and loads. Replicas that
 //     see similar load agree; concurrent Acquires read the loads before either adds its
 //     own, so a burst can overshoot the bound by the burst's size.
-//  20. Lease.Done is idempotent over all copies of a Lease, safe from any goroutine, also
-//     after OnBackendDown, and allocation-free. Usage it reports (prompt and cached
+//  20. Lease.Done is idempotent and safe from any goroutine on the same *Lease (calls
+//     may be concurrent), also after OnBackendDown, and allocation-free. A Lease is
+//     shared by pointer, never copied once filled (go vet's copylocks check reports
+//     copies: a copy would release the load twice); Acquire refuses to fill a Lease
+//     still open (ErrInvalidLease) and fills one whose Done has returned. Usage it reports (prompt and cached
 //     prompt tokens) on an affinity hit feeds the tier's achieved reuse
 //     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).
 //  21. Parent placement: [Scheduler.SelectBackendWithParent] takes a parent
@@ -278,6 +281,11 @@
 //     at MaxLoadView (2^46 prompt tokens), so a backend reporting a huge queue looks as
 //     busy as possible, never idle; Acquire charges at most MaxLeaseCost per lease; the
 //     drain horizon and the usage a Done reports (any prompt or cached size) cannot wrap.
+//   - The caller owns a lease's memory (Acquire fills a *Lease) rather than getting a
+//     value backed by a pooled record: that saves a pool get and put per request, and
+//     a gateway keeps the Lease in its per-request state anyway. The price is that a
+//     Lease must not be copied once filled; a gateway that retries gives each attempt its
+//     own Lease, so a late Done of a failed attempt cannot release the next one.
 //
 // # Time
 //
@@ -323,8 +331,8 @@
 //     to 64) or a pooled slice (more). Amortized growth (a shard's
 //     entry chunks and index, the pool after a GC) and the first binding to a backend in
 //     a shard (which interns its ID) allocate too.
-//   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, a pooled
-//     lease record and one compare-and-swap (0 allocs in the steady state). With load
+//   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, the writes
+//     that fill the caller's Lease and one compare-and-swap on it (0 allocs). With load
 //     awareness on, a miss and a hit on a busy backend also read every candidate's load
 //     (O(len(candidates)) atomic loads, no sort; the hit does it under its shard lock); a
 //     hit on an idle backend reads one. The load records of a candidate list seen

@@ -53,7 +53,7 @@ func TestDrainView(t *testing.T) {
 	id := b[0].ID()
 
 	plain, clkP := newSched(t, loadCfg(1.25, 5))
-	lp, err := plain.Acquire("a", "", b, 1000)
+	lp, err := acquire(plain, "a", "", b, 1000)
 	require.NoError(t, err)
 	clkP.Advance(10 * time.Second)
 	assert.Equal(t, int64(1000), plain.LoadView(id), "lease-sum view: no drain")
@@ -62,9 +62,9 @@ func TestDrainView(t *testing.T) {
 
 	s, clk := newSched(t, drainCfg(1.25, 5, 1000, 0))
 	assert.Equal(t, 1000.0, s.Drain(id).TokensPerSecond, "configured rate before any Done")
-	l1, err := s.Acquire("a", "", b, 1000)
+	l1, err := acquire(s, "a", "", b, 1000)
 	require.NoError(t, err)
-	l2, err := s.Acquire("b", "", b, 500)
+	l2, err := acquire(s, "b", "", b, 500)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1500), s.LoadView(id))
 	clk.Advance(500 * time.Millisecond)
@@ -98,9 +98,9 @@ func TestDrainLearnsServiceModel(t *testing.T) {
 	for i := range 300 {
 		// Two requests arrive together; the second waits for the first.
 		t1, t2 := int64(500+rng.IntN(9000)), int64(500+rng.IntN(9000))
-		l1, err := s.Acquire(fmt.Sprintf("x%d", i), "", b, t1)
+		l1, err := acquire(s, fmt.Sprintf("x%d", i), "", b, t1)
 		require.NoError(t, err)
-		l2, err := s.Acquire(fmt.Sprintf("y%d", i), "", b, t2)
+		l2, err := acquire(s, fmt.Sprintf("y%d", i), "", b, t2)
 		require.NoError(t, err)
 		clk.Advance(service(t1))
 		l1.Done(affinity.DoneInfo{PromptTokens: t1 + 100, CachedPromptTokens: 100})
@@ -115,7 +115,7 @@ func TestDrainLearnsServiceModel(t *testing.T) {
 	// The learned model prices a new lease: 50 ms + 2,000 tokens = 250 ms of work, shown
 	// as 2,500 tokens (time at the marginal rate) but never more than the lease's charge
 	// plus its per-request time.
-	l, err := s.Acquire("z", "", b, 2000)
+	l, err := acquire(s, "z", "", b, 2000)
 	require.NoError(t, err)
 	assert.InDelta(t, 2500, float64(s.LoadView(b[0].ID())), 30)
 	clk.Advance(125 * time.Millisecond)
@@ -132,7 +132,7 @@ func TestDrainCacheRetention(t *testing.T) {
 	id := b[0].ID()
 	turn := func(session string, cost, cached int64) int64 {
 		t.Helper()
-		l, err := s.Acquire(session, "", b, cost)
+		l, err := acquire(s, session, "", b, cost)
 		require.NoError(t, err)
 		charged := s.Load(id).Cost
 		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
@@ -170,24 +170,24 @@ func TestDrainRetentionGuard(t *testing.T) {
 		t.Run(tc.idle.String(), func(t *testing.T) {
 			// A weight no queue can beat: only a reprefill of 0 lets a binding move.
 			s, clk := newSched(t, drainCfg(1.0, 1e9, 1000, 2))
-			first, err := s.Acquire("s", "", bs, 4000)
+			first, err := acquire(s, "s", "", bs, 4000)
 			require.NoError(t, err)
 			w := first.Backend
 			first.Done(affinity.DoneInfo{PromptTokens: 4000})
 			// Teach w a retention of 10 s with another session.
-			l, err := s.Acquire("r", "", []affinity.Backend{w}, 1000)
+			l, err := acquire(s, "r", "", []affinity.Backend{w}, 1000)
 			require.NoError(t, err)
 			l.Done(affinity.DoneInfo{PromptTokens: 1000})
 			clk.Advance(10 * time.Second)
-			l, err = s.Acquire("r", "", []affinity.Backend{w}, 1200)
+			l, err = acquire(s, "r", "", []affinity.Backend{w}, 1200)
 			require.NoError(t, err)
 			l.Done(affinity.DoneInfo{PromptTokens: 1200})
 			require.Equal(t, 10*time.Second, s.Drain(w.ID()).CacheRetention)
 
 			clk.Advance(tc.idle - 10*time.Second)
-			busy, err := s.Acquire("bg", "", []affinity.Backend{w}, 500000) // w overloaded
+			busy, err := acquire(s, "bg", "", []affinity.Backend{w}, 500000) // w overloaded
 			require.NoError(t, err)
-			l, err = s.Acquire("s", "", bs, 5000)
+			l, err = acquire(s, "s", "", bs, 5000)
 			require.NoError(t, err)
 			if tc.spill {
 				assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
@@ -216,7 +216,7 @@ func TestDrainDeterminism(t *testing.T) {
 func TestDrainRace(t *testing.T) {
 	s, clk := newSched(t, drainCfg(1.1, 2, 5000, 2))
 	bs := backendsN(6)
-	leases := make(chan affinity.Lease, 64)
+	leases := make(chan *affinity.Lease, 64)
 	var wg, rel sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -227,7 +227,7 @@ func TestDrainRace(t *testing.T) {
 				if i%50 == 0 {
 					clk.Advance(time.Duration(rng.IntN(2000)) * time.Millisecond)
 				}
-				l, err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(300)), "", bs, int64(rng.IntN(6000)))
+				l, err := acquire(s, fmt.Sprintf("s%d", rng.IntN(300)), "", bs, int64(rng.IntN(6000)))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -263,12 +263,12 @@ func TestDrainRace(t *testing.T) {
 func TestDrainHitZeroAllocs(t *testing.T) {
 	s, clk := newSched(t, drainCfg(1.25, 5, 16000, 2.5))
 	bs := backendsN(8)
-	l, err := s.Acquire("s", "", bs, 1000)
-	require.NoError(t, err)
+	var l affinity.Lease // the caller's, reused
+	require.NoError(t, s.Acquire("s", "", bs, 1000, &l))
 	l.Done(affinity.DoneInfo{PromptTokens: 1000})
 	allocs := testing.AllocsPerRun(1000, func() {
 		clk.Advance(time.Millisecond)
-		l, err := s.Acquire("s", "", bs, 1000)
+		err := s.Acquire("s", "", bs, 1000, &l)
 		if err != nil || l.Outcome != affinity.OutcomeHit {
 			t.Fatal("not a hit", l.Outcome, err)
 		}
@@ -296,8 +296,9 @@ func BenchmarkLeaseHitDrain(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
 				b.ReportAllocs()
+				var l affinity.Lease
 				for i := 0; b.Loop(); i++ {
-					l, err := s.Acquire(ids[i&(benchSessions-1)], "", bs, 1000)
+					err := s.Acquire(ids[i&(benchSessions-1)], "", bs, 1000, &l)
 					if err != nil || l.Outcome != affinity.OutcomeHit {
 						b.Fatal("not a hit", l.Outcome, err)
 					}
@@ -318,7 +319,8 @@ func ExampleScheduler_Drain() {
 		panic(err)
 	}
 	b := []affinity.Backend{affinity.MustBackend("vllm-0", "", 1)}
-	l, _ := sched.Acquire("s1", "", b, 8000)
+	var l affinity.Lease
+	_ = sched.Acquire("s1", "", b, 8000, &l)
 	fmt.Println("queued:", sched.LoadView("vllm-0"))
 	clk.Advance(400 * time.Millisecond) // the prompt is half done at 10,000 tokens/s
 	fmt.Println("queued after 400 ms:", sched.LoadView("vllm-0"))
@@ -357,7 +359,7 @@ func runTwins(t *testing.T, cfg affinity.Config, sc twinScript) ([2]*affinity.Sc
 	}
 	bs := backendsN(5)
 	rng := rand.New(rand.NewPCG(sc.seed, sc.seed+1))
-	var live [][2]affinity.Lease
+	var live [][2]*affinity.Lease
 	spills := 0
 	for step := range sc.steps {
 		if d := time.Duration(rng.IntN(sc.maxAdvanceMS)) * time.Millisecond; d > 0 {
@@ -375,9 +377,9 @@ func runTwins(t *testing.T, cfg affinity.Config, sc twinScript) ([2]*affinity.Sc
 			continue
 		}
 		session, cost := fmt.Sprintf("s%d", rng.IntN(sc.sessions)), int64(1+rng.IntN(8000))
-		var o [2]affinity.Lease
+		var o [2]*affinity.Lease
 		for k := range rs {
-			l, err := rs[k].Acquire(session, "", bs, cost)
+			l, err := acquire(rs[k], session, "", bs, cost)
 			require.NoError(t, err)
 			o[k] = l
 		}

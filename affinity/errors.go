@@ -27,6 +27,8 @@ var (
 	ErrInvalidConfig = errors.New("affinity: invalid config")
 	// ErrInvalidCost: Acquire got a negative cost.
 	ErrInvalidCost = errors.New("affinity: invalid cost")
+	// ErrInvalidLease: Acquire got a nil *Lease or one still open (its Done not called).
+	ErrInvalidLease = errors.New("affinity: invalid lease")
 	// ErrInvalidLoad: ReportLoad got an empty backend ID, a negative request count or a
 	// KV-cache usage outside [0, 1].
 	ErrInvalidLoad = errors.New("affinity: invalid load report")

@@ -6,7 +6,8 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
-// Acquire leases each request; Done releases it with the usage the backend reported.
+// Acquire leases each request into a Lease the caller owns; Done releases it with the
+// usage the backend reported, and the Lease can then be filled again.
 func ExampleScheduler_Acquire() {
 	cfg := affinity.Config{Load: affinity.LoadConfig{BalanceFactor: 1.25}}
 	sched, err := affinity.New(cfg)
@@ -17,8 +18,9 @@ func ExampleScheduler_Acquire() {
 		affinity.MustBackend("vllm-0", "http://10.0.0.10:8000", 1),
 		affinity.MustBackend("vllm-1", "http://10.0.0.11:8000", 1),
 	}
+	var lease affinity.Lease // e.g. a field of the request's state; share it as *Lease
 	for turn := 1; turn <= 2; turn++ {
-		lease, err := sched.Acquire("session-42", "", backends, 3000) // cost: ~body bytes / 4
+		err := sched.Acquire("session-42", "", backends, 3000, &lease) // cost: ~body bytes / 4
 		if err != nil {
 			panic(err)
 		}
@@ -44,12 +46,13 @@ func ExampleScheduler_Acquire_spill() {
 		affinity.MustBackend("vllm-1", "", 1),
 		affinity.MustBackend("vllm-2", "", 1),
 	}
-	first, _ := sched.Acquire("agent-7", "", backends, 2000)
+	var first, busy, next affinity.Lease
+	_ = sched.Acquire("agent-7", "", backends, 2000, &first)
 	first.Done(affinity.DoneInfo{PromptTokens: 2000})
 	home := first.Backend
 	// Other traffic piles 40,000 tokens of prefill onto the session's backend.
-	busy, _ := sched.Acquire("batch-job", "", []affinity.Backend{home}, 40000)
-	next, _ := sched.Acquire("agent-7", "", backends, 2100)
+	_ = sched.Acquire("batch-job", "", []affinity.Backend{home}, 40000, &busy)
+	_ = sched.Acquire("agent-7", "", backends, 2100, &next)
 	fmt.Println(next.Outcome, next.AffinityHit, next.Backend.ID() != home.ID(), sched.Stats().Broken.Overloaded)
 	next.Done(affinity.DoneInfo{})
 	busy.Done(affinity.DoneInfo{})

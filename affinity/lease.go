@@ -60,12 +60,20 @@ type DoneInfo struct {
 
 // Lease is one request placed by [Scheduler.Acquire]: the backend to forward to, the
 // affinity-hit flag and the outcome, and the request's share of that backend's
-// outstanding load until [Lease.Done]. It is a small value: copy it freely; Done on any
-// copy releases the load once. The zero Lease is valid and its Done does nothing.
+// outstanding load until [Lease.Done]. The caller owns its memory (a local variable, a
+// field of its per-request state): Acquire fills it, Done releases it, and Acquire may
+// fill it again afterwards, so leasing allocates nothing. The zero Lease is valid and
+// its Done does nothing.
+//
+// A Lease must not be copied once filled: a copy would be a second lease on the same
+// load (go vet's copylocks check reports copies). Share a *Lease instead: Done is
+// idempotent and safe from any goroutine on the same *Lease. Acquire must not fill a
+// Lease while a Done on it may still be running (as with sync.WaitGroup's reuse).
 //
 // Modelled on grpc-go's balancer.PickResult.Done: the picker decides and accounts, the
 // caller reports the end.
 type Lease struct {
+	_ noCopy
 	// Backend is the caller's candidate value to forward the request to.
 	Backend Backend
 	// AffinityHit is true exactly when SelectBackend would have reported a hit: the
@@ -74,30 +82,33 @@ type Lease struct {
 	// Outcome is hit, miss, rebind or spill.
 	Outcome Outcome
 
-	rec *leaseRec
-	gen uint64
+	hit   bool   // AffinityHit as leased (the exported field is the caller's to change)
+	drain bool   // the Scheduler runs the drain model (Done feeds it)
+	state uint32 // leaseOpen from Acquire to the first Done (atomic after Acquire)
+	s     *Scheduler
+	bl    *backendLoad
+	cost  int64
+	start int64 // clock reading at Acquire (drain model only)
+	idle  int64 // a hit's time since its binding's previous use, ns (drain model only)
+	rp    int64 // a hit's expected cached prefix, tokens (drain model only; 0: not a hit)
+
+	session, tier string
 }
 
-// leaseRec is the shared state behind the copies of one Lease, recycled through a
-// sync.Pool. gen advances on every Done, so a late Done with an old generation finds a
-// different number and does nothing, even if the record was reused meanwhile.
-type leaseRec struct {
-	gen     atomic.Uint64
-	s       *Scheduler
-	bl      *backendLoad
-	cost    int64
-	start   int64 // clock reading at Acquire (drain model only)
-	idle    int64 // a hit's time since its binding's previous use, ns (drain model only)
-	rp      int64 // a hit's expected cached prefix, tokens (drain model only; 0: not a hit)
-	session string
-	tier    string
-	hit     bool
-}
+// leaseOpen is Lease.state from Acquire to the first Done.
+const leaseOpen = 1
+
+// noCopy makes go vet's copylocks check report copies of the struct that holds it.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
 
 // Done releases the lease: the request no longer counts in its backend's outstanding
-// load. Only the first Done of a lease (over all its copies) counts; later calls, and
-// Done on the zero Lease, do nothing. Safe from any goroutine, also after
-// OnBackendDown(Backend.ID()) (the load is released; bindings are unaffected).
+// load. Only the first Done counts; later calls, and Done on the zero Lease or a nil
+// *Lease, do nothing. Safe from any goroutine, concurrently with other Done calls on
+// the same *Lease, also after OnBackendDown(Backend.ID()) (the load is released;
+// bindings are unaffected).
 //
 // When info reports usage (PromptTokens > 0) and no error: an affinity hit adds its
 // prompt and cached prompt tokens to the tier's achieved reuse ([Scheduler.Reuse], and
@@ -105,24 +116,28 @@ type leaseRec struct {
 // session's binding remembers the prompt size and whether the cache was lost (cached /
 // prompt <= cold_cache_ratio), which the spill guard uses.
 //
-// Cost: one compare-and-swap and one atomic add, 0 allocs; with usage and load awareness
-// on, one xxh3 hash of the session ID and one shard lock; with the drain model
-// (load.drain_tokens_per_second) also a clock read and a short per-backend lock.
-func (l Lease) Done(info DoneInfo) {
-	r := l.rec
-	if r == nil || !r.gen.CompareAndSwap(l.gen, l.gen+1) {
+// Cost: one compare-and-swap on the Lease and one atomic add on the backend's load,
+// 0 allocs; with usage and load awareness on, one xxh3 hash of the session ID and one
+// shard lock; with the drain model (load.drain_tokens_per_second) also a clock read and
+// a short per-backend lock.
+func (l *Lease) Done(info DoneInfo) {
+	if l == nil || !atomic.CompareAndSwapUint32(&l.state, leaseOpen, 0) {
 		return
 	}
-	s, bl, cost, session, tier, hit := r.s, r.bl, r.cost, r.session, r.tier, r.hit
-	r.bl, r.session, r.tier = nil, "", ""
-	start, idle, rp := r.start, r.idle, r.rp
-	r.idle, r.rp = 0, 0
-	s.ld.leases.Put(r)
-	bl.sub(cost)
-	if s.ld.p.drainRate > 0 { // the drain model learns (drainmodel.go)
-		s.learnDrain(bl, start, cost, info)
-		if rp > 0 && info.Err == nil && info.PromptTokens > 0 {
-			bl.learnRetention(&s.ld.p, idle, rp, info.CachedPromptTokens)
+	l.bl.sub(l.cost)
+	if l.drain || info.PromptTokens > 0 && info.Err == nil {
+		l.s.learn(l, info)
+	}
+}
+
+// learn is the rest of a Lease's first Done: the drain model learns from the request and
+// the reported usage is recorded.
+func (s *Scheduler) learn(l *Lease, info DoneInfo) {
+	bl := l.bl
+	if l.drain { // drainmodel.go
+		s.learnDrain(bl, l.start, l.cost, info)
+		if l.rp > 0 && info.Err == nil && info.PromptTokens > 0 {
+			bl.learnRetention(&s.ld.p, l.idle, l.rp, info.CachedPromptTokens)
 		}
 	}
 	if info.Err != nil || info.PromptTokens <= 0 {
@@ -131,12 +146,12 @@ func (l Lease) Done(info DoneInfo) {
 	prompt := info.PromptTokens
 	cached := min(max(info.CachedPromptTokens, 0), prompt)
 	if s.ld.p.on {
-		s.noteUsage(session, tier, bl, hit, prompt, cached)
+		s.noteUsage(l.session, l.tier, bl, l.hit, prompt, cached)
 	}
-	if hit {
-		s.ld.usage.add(tier, prompt, cached)
+	if l.hit {
+		s.ld.usage.add(l.tier, prompt, cached)
 		if s.ld.urec != nil {
-			s.ld.urec.Usage(tier, prompt, cached)
+			s.ld.urec.Usage(l.tier, prompt, cached)
 		}
 	}
 }
@@ -155,7 +170,6 @@ type loadState struct {
 	p       loadParams
 	loads   loadTable
 	usage   usageTable
-	leases  sync.Pool // *leaseRec
 	scratch sync.Pool // *walkScratch, walks over more than walkInline candidates
 	cands   candCache // load records of recently walked candidate lists (candcache.go)
 	urec    metrics.UsageRecorder
@@ -202,32 +216,44 @@ func reprefill(e *entry, units int64) int64 {
 	return units
 }
 
-// open accounts a lease of g.charge prompt tokens on backend b (whose load record is
-// g.bl, or nil to look it up) and returns its record and generation.
-func (s *Scheduler) open(b *Backend, g grant, hit bool, session, tier string) (*leaseRec, uint64) {
+// open fills l with the lease of a decision: backend b (whose load record is g.bl, or nil
+// to look it up) is charged g.charge prompt tokens. l is not open (checked by the caller).
+func (s *Scheduler) open(l *Lease, b *Backend, out Outcome, g grant, session, tier string) {
 	bl := g.bl
 	if bl == nil {
 		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
 	bl.add(g.charge)
-	r, ok := s.ld.leases.Get().(*leaseRec)
-	if !ok {
-		r = &leaseRec{s: s}
+	l.Backend, l.Outcome, l.AffinityHit, l.hit = *b, out, out == OutcomeHit, out == OutcomeHit
+	l.s, l.bl, l.cost, l.session, l.tier = s, bl, g.charge, session, tier
+	l.drain = s.ld.p.drainRate > 0
+	if l.drain { // drainmodel.go (start, idle and rp are read only then)
+		l.start = s.t.clock.now()
+		bl.charge(&s.ld.p, l.start, g.charge)
+		l.idle, l.rp = g.idle, g.rp
 	}
-	if s.ld.p.drainRate > 0 { // drainmodel.go
-		r.start = s.t.clock.now()
-		bl.charge(&s.ld.p, r.start, g.charge)
-		r.idle, r.rp = g.idle, g.rp
-	}
-	r.bl, r.cost, r.session, r.tier, r.hit = bl, g.charge, session, tier, hit
-	return r, r.gen.Load()
+	l.state = leaseOpen // published to other goroutines by whatever hands them l
 }
 
-// Acquire decides like SelectBackend and leases the request: the chosen backend's
-// outstanding load grows by one request and by cost until [Lease.Done]. cost is the
-// request's estimated prefill work in prompt tokens (body bytes / 4, or the previous
-// turn's usage); 0 counts as 1, more than MaxLeaseCost as MaxLeaseCost, negative is
-// ErrInvalidCost.
+// refuse returns the error of an Acquire whose arguments failed the quick check:
+// ErrInvalidLease (l nil or open), ErrInvalidCost, or validate's.
+func (s *Scheduler) refuse(sessionID, tier string, candidates []Backend, cost int64, l *Lease) error {
+	switch {
+	case l == nil:
+		return fmt.Errorf("%w: nil *Lease", ErrInvalidLease)
+	case atomic.LoadUint32(&l.state) == leaseOpen:
+		return fmt.Errorf("%w: still open (Done not called)", ErrInvalidLease)
+	case cost < 0:
+		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
+	}
+	return s.validate(sessionID, tier, candidates)
+}
+
+// Acquire decides like SelectBackend and leases the request into l: the chosen backend's
+// outstanding load grows by one request and by cost until l.Done. cost is the request's
+// estimated prefill work in prompt tokens (body bytes / 4, or the previous turn's usage);
+// 0 counts as 1, more than MaxLeaseCost as MaxLeaseCost, negative is ErrInvalidCost.
+// l may be a zero Lease or one whose Done has returned (see [Lease] for reuse).
 //
 // With load awareness off (Config.Load absent) the decision is exactly SelectBackend's:
 // both run the same decision code, which then reads no load.
@@ -236,9 +262,10 @@ func (s *Scheduler) open(b *Backend, g grant, hit bool, session, tier string) (*
 // the mean; a hit whose backend is over that bound moves (a spill) when the spill guard
 // allows it. The package documentation ("Load awareness") states the rules.
 //
-// Errors: those of SelectBackend, and ErrInvalidCost; nothing is stored, counted or
-// leased then. Safe for concurrent use. Cost: SelectBackend's plus one atomic add and a
-// pooled lease record (0 allocs in the steady state); with load awareness on, a hit reads
+// Errors: those of SelectBackend, ErrInvalidCost, and ErrInvalidLease (l nil or still
+// open); nothing is stored, counted or leased then, and l is unchanged. Safe for
+// concurrent use (on different Leases). Cost: SelectBackend's plus one atomic add and
+// the writes that fill l (0 allocs); with load awareness on, a hit reads
 // its own backend's load only, unless that backend's wait exceeds spill_cost_weight x
 // reprefill (only then can the guard let it spill); such a hit and every miss read the
 // load of each candidate (O(len(candidates)) atomic loads; the load records of a list of
@@ -246,23 +273,17 @@ func (s *Scheduler) open(b *Backend, g grant, hit bool, session, tier string) (*
 // lookups), and rank the candidates (one pass, no sort) only when the session must be
 // placed or its backend is over the bound. The drain model adds a clock read and a compare-and-swap on
 // the chosen backend's horizon.
-func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64) (l Lease, err error) {
-	if cost < 0 {
-		return Lease{}, fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
-	}
-	if err := s.validate(sessionID, tier, candidates); err != nil {
-		return Lease{}, err
+func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64, l *Lease) error {
+	if l == nil || atomic.LoadUint32(&l.state) == leaseOpen || cost < 0 || !s.t.validKey(sessionID, tier) || len(candidates) == 0 {
+		return s.refuse(sessionID, tier, candidates, cost, l)
 	}
 	units := min(max(cost, 1), MaxLeaseCost)
 	ci, out, g, err := s.decide(sessionID, tier, candidates, s.ld.p.on, units)
 	if err != nil {
-		return Lease{}, err
+		return err
 	}
-	b := &candidates[ci]
-	l.AffinityHit, l.Outcome = out == OutcomeHit, out
-	l.rec, l.gen = s.open(b, g, l.AffinityHit, sessionID, tier)
-	l.Backend = *b
-	return l, nil
+	s.open(l, &candidates[ci], out, g, sessionID, tier)
+	return nil
 }
 
 // spillTarget returns the placement a hit on candidates[ci] (whose load is bl) should move

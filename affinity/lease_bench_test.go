@@ -31,12 +31,13 @@ func BenchmarkLeaseHit(b *testing.B) {
 			}
 			if mode == "acquire-on-busy" {
 				for i := range 100 {
-					if _, err := s.Acquire(fmt.Sprintf("bg%d", i), "", bs, 1000); err != nil {
+					if _, err := acquire(s, fmt.Sprintf("bg%d", i), "", bs, 1000); err != nil {
 						b.Fatal(err)
 					}
 				}
 			}
 			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
+				var l affinity.Lease // the caller's, reused
 				benchmin.Batched(b, func(i int) {
 					id := ids[i&(benchSessions-1)]
 					if mode == "select" {
@@ -45,7 +46,7 @@ func BenchmarkLeaseHit(b *testing.B) {
 						}
 						return
 					}
-					l, err := s.Acquire(id, "", bs, 1000)
+					err := s.Acquire(id, "", bs, 1000, &l)
 					if err != nil || l.Outcome != affinity.OutcomeHit {
 						b.Fatal("not a hit", l.Outcome, err)
 					}
@@ -73,7 +74,7 @@ func BenchmarkLeaseMiss(b *testing.B) {
 				}
 				s := newBenchScheduler(b, cfg)
 				for i := range 1000 {
-					if _, err := s.Acquire(fmt.Sprintf("bg%d", i), "", bs, int64(100+i%7*300)); err != nil {
+					if _, err := acquire(s, fmt.Sprintf("bg%d", i), "", bs, int64(100+i%7*300)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -82,6 +83,7 @@ func BenchmarkLeaseMiss(b *testing.B) {
 				}
 				const usable = pool - 1<<16
 				b.ResetTimer() // the fill above is setup
+				var l affinity.Lease
 				benchmin.Batched(b, func(i int) {
 					id := ids[i%usable]
 					if mode == "select" {
@@ -90,7 +92,7 @@ func BenchmarkLeaseMiss(b *testing.B) {
 						}
 						return
 					}
-					l, err := s.Acquire(id, "", bs, 1000)
+					err := s.Acquire(id, "", bs, 1000, &l)
 					if err != nil || l.Outcome != affinity.OutcomeMiss {
 						b.Fatal("not a miss", l.Outcome, err)
 					}

@@ -31,6 +31,19 @@ func loadCfg(factor, weight float64) affinity.Config {
 	return affinity.Config{Load: affinity.LoadConfig{BalanceFactor: factor, SpillCostWeight: affinity.SpillWeight(weight)}}
 }
 
+// acquire is Acquire into a new Lease, for tests that keep leases beyond the call.
+func acquire(s *affinity.Scheduler, session, tier string, cands []affinity.Backend, cost int64) (*affinity.Lease, error) {
+	l := new(affinity.Lease)
+	return l, s.Acquire(session, tier, cands, cost, l)
+}
+
+// acquireWithParent is AcquireWithParent into a new Lease.
+func acquireWithParent(s *affinity.Scheduler, session, parent, tier string, cands []affinity.Backend, cost int64) (*affinity.Lease, affinity.Placement, error) {
+	l := new(affinity.Lease)
+	p, err := s.AcquireWithParent(session, parent, tier, cands, cost, l)
+	return l, p, err
+}
+
 func newSched(t testing.TB, cfg affinity.Config, opts ...affinity.Option) (*affinity.Scheduler, *affinitytest.Clock) {
 	t.Helper()
 	clk := affinitytest.NewClock(leaseEpoch)
@@ -50,7 +63,7 @@ func TestAcquireLoadOffDecidesAsSelectBackend(t *testing.T) {
 	acq, clkB := newSched(t, cfg)
 	all := backendsN(6)
 	rng := rand.New(rand.NewPCG(1, 2))
-	var leases []affinity.Lease
+	var leases []*affinity.Lease
 	for step := range 20000 {
 		switch k := rng.IntN(100); {
 		case k < 3:
@@ -75,7 +88,7 @@ func TestAcquireLoadOffDecidesAsSelectBackend(t *testing.T) {
 			session := fmt.Sprintf("s%d", rng.IntN(300))
 			tier := [...]string{"", "gold", "off"}[rng.IntN(3)]
 			b, hit, err1 := sel.SelectBackend(session, tier, cands)
-			l, err2 := acq.Acquire(session, tier, cands, int64(rng.IntN(5000)))
+			l, err2 := acquire(acq, session, tier, cands, int64(rng.IntN(5000)))
 			require.Equal(t, err1 == nil, err2 == nil, "step %d: errors %v / %v", step, err1, err2)
 			if err1 != nil {
 				require.True(t, errors.Is(err2, affinity.ErrNoEligibleBackend) && errors.Is(err1, affinity.ErrNoEligibleBackend))
@@ -102,39 +115,56 @@ func TestAcquireLoadOffDecidesAsSelectBackend(t *testing.T) {
 func TestLeaseDoneIdempotent(t *testing.T) {
 	s, _ := newSched(t, loadCfg(1.25, 1))
 	bs := backendsN(3)
-	l, err := s.Acquire("s1", "", bs, 700)
-	require.NoError(t, err)
+	var l affinity.Lease
+	require.NoError(t, s.Acquire("s1", "", bs, 700, &l))
 	assert.Equal(t, affinity.OutcomeMiss, l.Outcome)
 	id := l.Backend.ID()
 	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 700}, s.Load(id))
 
-	cp := l // a copy shares the lease
+	shared := &l // every holder of the *Lease may call Done
 	l.Done(affinity.DoneInfo{})
-	cp.Done(affinity.DoneInfo{})
+	shared.Done(affinity.DoneInfo{})
 	l.Done(affinity.DoneInfo{})
 	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id), "released once")
 
-	// A stale copy must not release a later lease that reuses the record.
-	l2, err := s.Acquire("s1", "", bs, 0)
-	require.NoError(t, err)
-	assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
-	cp.Done(affinity.DoneInfo{})
-	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 1}, s.Load(id), "cost 0 counts 1; stale Done ignored")
+	// The Lease is filled again after its Done; the old Done calls are over.
+	require.NoError(t, s.Acquire("s1", "", bs, 0, &l))
+	assert.Equal(t, affinity.OutcomeHit, l.Outcome)
+	assert.True(t, l.AffinityHit)
+	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 1}, s.Load(id), "cost 0 counts 1")
+
+	// An open Lease cannot be filled again: that would lose its load.
+	err := s.Acquire("s9", "", bs, 5, &l)
+	require.ErrorIs(t, err, affinity.ErrInvalidLease)
+	assert.Equal(t, affinity.OutcomeHit, l.Outcome, "unchanged")
+	_, err = s.AcquireWithParent("s9", "s1", "", bs, 5, &l)
+	require.ErrorIs(t, err, affinity.ErrInvalidLease)
+	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 1}, s.Load(id), "nothing leased")
 
 	// Done after OnBackendDown releases the load; bindings are gone, Done does not care.
 	assert.Equal(t, 1, s.OnBackendDown(id))
-	l2.Done(affinity.DoneInfo{PromptTokens: 100, CachedPromptTokens: 90})
+	l.Done(affinity.DoneInfo{PromptTokens: 100, CachedPromptTokens: 90})
 	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id))
 
-	affinity.Lease{}.Done(affinity.DoneInfo{}) // zero Lease: no-op
+	new(affinity.Lease).Done(affinity.DoneInfo{}) // zero Lease: no-op
+	var none *affinity.Lease
+	none.Done(affinity.DoneInfo{}) // nil: no-op
+	require.ErrorIs(t, s.Acquire("s2", "", bs, 1, nil), affinity.ErrInvalidLease)
+	_, err = s.AcquireWithParent("s2", "", "", bs, 1, nil)
+	require.ErrorIs(t, err, affinity.ErrInvalidLease)
 
-	// From another goroutine.
-	l3, err := s.Acquire("s2", "", bs, 10)
+	// From other goroutines, concurrently: released once.
+	l3, err := acquire(s, "s2", "", bs, 10)
 	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() { l3.Done(affinity.DoneInfo{}); close(done) }()
-	<-done
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); l3.Done(affinity.DoneInfo{}) }()
+	}
+	wg.Wait()
 	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l3.Backend.ID()))
+	st := s.Stats()
+	assert.Equal(t, [2]uint64{1, 2}, [2]uint64{st.Hits, st.Misses}, "the refused calls counted nothing")
 }
 
 func TestAcquireErrors(t *testing.T) {
@@ -154,15 +184,15 @@ func TestAcquireErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := s.Acquire(tt.session, "", tt.cands, tt.cost)
+			l, err := acquire(s, tt.session, "", tt.cands, tt.cost)
 			require.ErrorIs(t, err, tt.want)
-			assert.Equal(t, affinity.Lease{}, l)
+			assert.Equal(t, &affinity.Lease{}, l, "nothing filled")
 		})
 	}
 	for _, id := range []string{"b00", "b01"} {
 		s.OnBackendDown(id)
 	}
-	_, err := s.Acquire("s", "", bs, 1)
+	_, err := acquire(s, "s", "", bs, 1)
 	require.ErrorIs(t, err, affinity.ErrNoEligibleBackend)
 	assert.Equal(t, affinity.Stats{}, s.Stats(), "nothing counted")
 	for _, b := range bs {
@@ -199,7 +229,7 @@ func TestBoundedLoadFlood(t *testing.T) {
 						least = before[b.ID()]
 					}
 				}
-				l, err := s.Acquire(id, "", bs, cost)
+				l, err := acquire(s, id, "", bs, cost)
 				require.NoError(t, err)
 				total += cost
 				got := s.Load(l.Backend.ID()).Cost
@@ -232,7 +262,7 @@ func TestLoadDeterminism(t *testing.T) {
 	}
 	bs := backendsN(7)
 	rng := rand.New(rand.NewPCG(5, 6))
-	type open struct{ l [2]affinity.Lease }
+	type open struct{ l [2]*affinity.Lease }
 	var live []open
 	spills := 0
 	for step := range 6000 {
@@ -256,7 +286,7 @@ func TestLoadDeterminism(t *testing.T) {
 		cost := int64(1 + rng.IntN(8000))
 		var o open
 		for k := range rs {
-			l, err := rs[k].Acquire(session, "", bs, cost)
+			l, err := acquire(rs[k], session, "", bs, cost)
 			require.NoError(t, err)
 			o.l[k] = l
 		}
@@ -277,10 +307,10 @@ func TestLoadDeterminism(t *testing.T) {
 // saved is not worth the prefix; a binding whose cache is lost moves for free.
 func TestSpill(t *testing.T) {
 	bs := backendsN(4)
-	setup := func(t *testing.T, weight float64) (*affinity.Scheduler, *metrics.Recording, affinity.Lease) {
+	setup := func(t *testing.T, weight float64) (*affinity.Scheduler, *metrics.Recording, *affinity.Lease) {
 		rec := &metrics.Recording{}
 		s, _ := newSched(t, loadCfg(1.5, weight), affinity.WithRecorder(rec))
-		l, err := s.Acquire("sess", "gold", bs, 1000)
+		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		l.Done(affinity.DoneInfo{PromptTokens: 1000})
 		return s, rec, l
@@ -290,7 +320,7 @@ func TestSpill(t *testing.T) {
 	pile := func(t *testing.T, s *affinity.Scheduler, id string, cost int64) {
 		for _, b := range bs {
 			if b.ID() == id {
-				_, err := s.Acquire("pile-"+id+fmt.Sprint(cost), "", []affinity.Backend{b}, cost)
+				_, err := acquire(s, "pile-"+id+fmt.Sprint(cost), "", []affinity.Backend{b}, cost)
 				require.NoError(t, err)
 			}
 		}
@@ -299,7 +329,7 @@ func TestSpill(t *testing.T) {
 		s, rec, first := setup(t, 1)
 		home := first.Backend.ID()
 		pile(t, s, home, 50000)
-		l, err := s.Acquire("sess", "gold", bs, 1000)
+		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
 		assert.False(t, l.AffinityHit)
@@ -308,7 +338,7 @@ func TestSpill(t *testing.T) {
 		assert.Equal(t, uint64(1), s.Stats().Broken.Overloaded)
 		l.Done(affinity.DoneInfo{})
 		// The new binding sticks, even once home is idle again (no failback).
-		l2, err := s.Acquire("sess", "gold", bs, 1000)
+		l2, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
 		assert.Equal(t, l.Backend.ID(), l2.Backend.ID())
@@ -316,7 +346,7 @@ func TestSpill(t *testing.T) {
 	t.Run("guard keeps a warm prefix", func(t *testing.T) {
 		s, rec, first := setup(t, 100) // moving costs 100 x 1000 tokens of waiting
 		pile(t, s, first.Backend.ID(), 50000)
-		l, err := s.Acquire("sess", "gold", bs, 1000)
+		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, affinity.OutcomeHit, l.Outcome)
 		assert.Equal(t, 0, rec.CountBroken("gold", metrics.ReasonOverloaded))
@@ -324,12 +354,12 @@ func TestSpill(t *testing.T) {
 	t.Run("lost cache moves for free", func(t *testing.T) {
 		s, rec, first := setup(t, 100)
 		// A hit that reports no cached tokens: the backend evicted the prefix.
-		l, err := s.Acquire("sess", "gold", bs, 1000)
+		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		require.Equal(t, affinity.OutcomeHit, l.Outcome)
 		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 0})
 		pile(t, s, first.Backend.ID(), 50000)
-		l, err = s.Acquire("sess", "gold", bs, 1000)
+		l, err = acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, affinity.OutcomeSpill, l.Outcome)
 		assert.Equal(t, 1, rec.CountBroken("gold", metrics.ReasonOverloaded))
@@ -345,7 +375,7 @@ func TestSpill(t *testing.T) {
 		t.Run(fmt.Sprintf("guard edge wait=%d", tc.wait), func(t *testing.T) {
 			s, _, first := setup(t, 1) // reprefill min(1000, 1000) x weight 1
 			pile(t, s, first.Backend.ID(), tc.wait)
-			l, err := s.Acquire("sess", "gold", bs, 1000)
+			l, err := acquire(s, "sess", "gold", bs, 1000)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, l.Outcome)
 		})
@@ -354,10 +384,10 @@ func TestSpill(t *testing.T) {
 		cfg := loadCfg(1.5, 0)
 		cfg.Load.DisableSpill = true
 		s, _ := newSched(t, cfg)
-		l, err := s.Acquire("sess", "", bs, 1000)
+		l, err := acquire(s, "sess", "", bs, 1000)
 		require.NoError(t, err)
 		pile(t, s, l.Backend.ID(), 50000)
-		l2, err := s.Acquire("sess", "", bs, 1000)
+		l2, err := acquire(s, "sess", "", bs, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, affinity.OutcomeHit, l2.Outcome)
 	})
@@ -368,7 +398,7 @@ func TestSpill(t *testing.T) {
 func TestSpillNoPingPong(t *testing.T) {
 	bs := backendsN(2)
 	s, _ := newSched(t, loadCfg(1.1, 0))
-	l, err := s.Acquire("sess", "", bs, 100)
+	l, err := acquire(s, "sess", "", bs, 100)
 	require.NoError(t, err)
 	l.Done(affinity.DoneInfo{})
 	a := l.Backend
@@ -383,9 +413,9 @@ func TestSpillNoPingPong(t *testing.T) {
 		if turn%2 == 1 {
 			heavy = b
 		}
-		p, err := s.Acquire(fmt.Sprintf("pile%d", turn), "", []affinity.Backend{heavy}, 100000)
+		p, err := acquire(s, fmt.Sprintf("pile%d", turn), "", []affinity.Backend{heavy}, 100000)
 		require.NoError(t, err)
-		l, err := s.Acquire("sess", "", bs, 100)
+		l, err := acquire(s, "sess", "", bs, 100)
 		require.NoError(t, err)
 		if l.Backend.ID() != prev {
 			moves++
@@ -416,7 +446,7 @@ func TestReportLoad(t *testing.T) {
 	require.NoError(t, s.ReportLoad("b00", affinity.BackendLoad{Waiting: 30, Running: 8, KVCache: 0.9}))
 	assert.Equal(t, affinity.LoadSnapshot{Reported: 38, KVCache: 0.9}, s.Load("b00"))
 	require.NoError(t, s.ReportLoad("b01", affinity.BackendLoad{Running: 1}))
-	l, err := s.Acquire(sid, "", bs, 500)
+	l, err := acquire(s, sid, "", bs, 500)
 	require.NoError(t, err)
 	assert.Equal(t, "b01", l.Backend.ID(), "38 reported requests x 1024 tokens outweigh b01's one")
 	l.Done(affinity.DoneInfo{})
@@ -428,7 +458,7 @@ func TestReportLoad(t *testing.T) {
 func TestLeaseRace(t *testing.T) {
 	s, _ := newSched(t, loadCfg(1.25, 1))
 	bs := backendsN(8)
-	leases := make(chan affinity.Lease, 64)
+	leases := make(chan *affinity.Lease, 64)
 	var ok atomic.Uint64
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -437,7 +467,7 @@ func TestLeaseRace(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
 			for i := range 2000 {
-				l, err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)))
+				l, err := acquire(s, fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)))
 				if errors.Is(err, affinity.ErrNoEligibleBackend) {
 					continue
 				}
@@ -509,7 +539,7 @@ func TestAcquireIdleEqualsHRW(t *testing.T) {
 				id := fmt.Sprintf("s%d", i)
 				want, _, err := ref.SelectBackend(id, "", bs)
 				require.NoError(t, err)
-				l, err := s.Acquire(id, "", bs, 100)
+				l, err := acquire(s, id, "", bs, 100)
 				require.NoError(t, err)
 				require.Equal(t, want.ID(), l.Backend.ID(), id)
 				l.Done(affinity.DoneInfo{})
@@ -535,7 +565,7 @@ func TestLoadPlacementOrderIndependent(t *testing.T) {
 			}
 			cost := int64(1 + rng.IntN(20000))
 			for k := range rs {
-				_, err := rs[k].Acquire(fmt.Sprintf("bg%d", i), "", []affinity.Backend{b}, cost)
+				_, err := acquire(rs[k], fmt.Sprintf("bg%d", i), "", []affinity.Backend{b}, cost)
 				require.NoError(t, err)
 			}
 		}
@@ -543,9 +573,9 @@ func TestLoadPlacementOrderIndependent(t *testing.T) {
 			id := fmt.Sprintf("r%d-s%d", round, s)
 			perm := append([]affinity.Backend(nil), bs...)
 			rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-			a, err := rs[0].Acquire(id, "", bs, 3000)
+			a, err := acquire(rs[0], id, "", bs, 3000)
 			require.NoError(t, err)
-			b, err := rs[1].Acquire(id, "", perm, 3000)
+			b, err := acquire(rs[1], id, "", perm, 3000)
 			require.NoError(t, err)
 			require.Equal(t, a.Backend.ID(), b.Backend.ID(), "round %d session %d", round, s)
 			require.Equal(t, a.Outcome, b.Outcome)
@@ -558,7 +588,7 @@ func TestLoadPlacementOrderIndependent(t *testing.T) {
 func TestLeaseCostClamped(t *testing.T) {
 	s, _ := newSched(t, affinity.Config{})
 	bs := backendsN(2)
-	l, err := s.Acquire("s", "", bs, 1<<50)
+	l, err := acquire(s, "s", "", bs, 1<<50)
 	require.NoError(t, err)
 	assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: affinity.MaxLeaseCost}, s.Load(l.Backend.ID()))
 	l.Done(affinity.DoneInfo{})

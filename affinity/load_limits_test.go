@@ -167,7 +167,7 @@ func TestLoadViewSaturates(t *testing.T) {
 			// A new session avoids the saturated backend.
 			bs := []affinity.Backend{affinity.MustBackend("a", "", 1), affinity.MustBackend("b", "", 1)}
 			for i := range 8 {
-				l, err := s.Acquire(fmt.Sprint("s", i), "", bs, 1000)
+				l, err := acquire(s, fmt.Sprint("s", i), "", bs, 1000)
 				require.NoError(t, err)
 				assert.Equal(t, "b", l.Backend.ID())
 				l.Done(affinity.DoneInfo{})
@@ -184,7 +184,7 @@ func TestDrainHorizonSaturates(t *testing.T) {
 	a := []affinity.Backend{affinity.MustBackend("a", "", 1)}
 	const n = 600 // 600 x 2^24 tokens at 1 s each: past 2^63 ns
 	for i := range n {
-		_, err := s.Acquire(fmt.Sprint("s", i), "", a, math.MaxInt64)
+		_, err := acquire(s, fmt.Sprint("s", i), "", a, math.MaxInt64)
 		require.NoError(t, err)
 	}
 	assert.Equal(t, affinity.LoadSnapshot{Requests: n, Cost: n * affinity.MaxLeaseCost}, s.Load("a"))
@@ -217,17 +217,17 @@ func TestColdCacheRatioPrecision(t *testing.T) {
 			cfg := loadCfg(1.5, 100) // a warm 10,000-token prefix outweighs 1e6 tokens of queue
 			cfg.Load.ColdCacheRatio = 0.0004
 			s, _ := newSched(t, cfg)
-			l, err := s.Acquire("sess", "", bs, 10000)
+			l, err := acquire(s, "sess", "", bs, 10000)
 			require.NoError(t, err)
 			home := l.Backend
 			l.Done(affinity.DoneInfo{PromptTokens: 10000})
-			l, err = s.Acquire("sess", "", bs, 10000)
+			l, err = acquire(s, "sess", "", bs, 10000)
 			require.NoError(t, err)
 			require.Equal(t, affinity.OutcomeHit, l.Outcome)
 			l.Done(affinity.DoneInfo{PromptTokens: tc.prompt, CachedPromptTokens: tc.cached})
-			_, err = s.Acquire("pile", "", []affinity.Backend{home}, 50000)
+			_, err = acquire(s, "pile", "", []affinity.Backend{home}, 50000)
 			require.NoError(t, err)
-			l, err = s.Acquire("sess", "", bs, 10000)
+			l, err = acquire(s, "sess", "", bs, 10000)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, l.Outcome)
 		})

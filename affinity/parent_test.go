@@ -272,7 +272,7 @@ func TestAcquireWithParent(t *testing.T) {
 	f := newFixture(t, affinity.Config{})
 	bs := backends(t, 4)
 	pb := bindParentAwayFromChild(t, f, "child", "", bs)
-	l, p, err := f.s.AcquireWithParent("child", "parent", "", bs, 100)
+	l, p, err := acquireWithParent(f.s, "child", "parent", "", bs, 100)
 	require.NoError(t, err)
 	assert.Equal(t, affinity.PlacedParent, p)
 	assert.Equal(t, pb, l.Backend.ID())
@@ -282,7 +282,7 @@ func TestAcquireWithParent(t *testing.T) {
 	l.Done(affinity.DoneInfo{})
 	assert.Equal(t, int64(0), f.s.Load(pb).Requests, "Done releases it")
 
-	l, p, err = f.s.AcquireWithParent("child", "parent", "", bs, 100)
+	l, p, err = acquireWithParent(f.s, "child", "parent", "", bs, 100)
 	require.NoError(t, err)
 	assert.Equal(t, affinity.PlacedHit, p)
 	assert.True(t, l.AffinityHit)
@@ -291,6 +291,6 @@ func TestAcquireWithParent(t *testing.T) {
 	assert.Equal(t, uint64(1), st.ParentPlaced)
 	assert.Equal(t, uint64(1), st.Hits)
 
-	_, _, err = f.s.AcquireWithParent("child", "parent", "", bs, -1)
+	_, _, err = acquireWithParent(f.s, "child", "parent", "", bs, -1)
 	assert.ErrorIs(t, err, affinity.ErrInvalidCost)
 }

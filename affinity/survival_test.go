@@ -42,7 +42,7 @@ func TestDrainSurvivalGuard(t *testing.T) {
 			// w's queue: 15 x 1024 tokens. The guard needs 15360 > 5 x reprefill, with a
 			// reprefill of 4032 x the survival rate (1, or 0.95^10 = 0.60 after the teachers).
 			require.NoError(t, s.ReportLoad(w.ID(), affinity.BackendLoad{Waiting: 15}))
-			l, err := s.Acquire("s", "", bs, 5000)
+			l, err := acquire(s, "s", "", bs, 5000)
 			require.NoError(t, err)
 			defer l.Done(affinity.DoneInfo{})
 			if tc.spill {
@@ -80,13 +80,13 @@ func TestDrainSurvivalBelowRetention(t *testing.T) {
 			u = fmt.Sprintf("u%d", i)
 		}
 	}
-	l, err := s.Acquire(u, "", bs, 4000)
+	l, err := acquire(s, u, "", bs, 4000)
 	require.NoError(t, err)
 	require.Equal(t, w.ID(), l.Backend.ID())
 	l.Done(affinity.DoneInfo{PromptTokens: 4000})
 	clk.Advance(5 * time.Second)
 	require.NoError(t, s.ReportLoad(w.ID(), affinity.BackendLoad{Waiting: 15}))
-	l, err = s.Acquire(u, "", bs, 5000)
+	l, err = acquire(s, u, "", bs, 5000)
 	require.NoError(t, err)
 	defer l.Done(affinity.DoneInfo{})
 	assert.Equal(t, affinity.OutcomeHit, l.Outcome, "15360 <= 5 x 4032: the whole prefix is protected")
@@ -112,9 +112,9 @@ func TestSpillColdBindingReplaced(t *testing.T) {
 		require.NoError(t, s.ReportLoad(top.ID(), affinity.BackendLoad{Waiting: a}))
 		require.NoError(t, s.ReportLoad(other.ID(), affinity.BackendLoad{Waiting: b}))
 	}
-	turn := func(cost, cached int64) affinity.Lease {
+	turn := func(cost, cached int64) *affinity.Lease {
 		t.Helper()
-		l, err := s.Acquire(sid, "", bs, cost)
+		l, err := acquire(s, sid, "", bs, cost)
 		require.NoError(t, err)
 		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
 		return l
@@ -163,14 +163,14 @@ func survivalFixture(t *testing.T) (*affinity.Scheduler, *affinitytest.Clock, []
 	t.Helper()
 	bs := backendsN(4)
 	s, clk := newSched(t, drainCfg(1.0, 5, 1000, 0))
-	first, err := s.Acquire("s", "", bs, 4000)
+	first, err := acquire(s, "s", "", bs, 4000)
 	require.NoError(t, err)
 	w := first.Backend
 	first.Done(affinity.DoneInfo{PromptTokens: 4000})
 	only := []affinity.Backend{w}
 	turn := func(session string, cost, cached int64) {
 		t.Helper()
-		l, err := s.Acquire(session, "", only, cost)
+		l, err := acquire(s, session, "", only, cost)
 		require.NoError(t, err)
 		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
 	}

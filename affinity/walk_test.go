@@ -93,7 +93,7 @@ func TestPlacementMatchesReference(t *testing.T) {
 		}
 		// Background load: open leases of varied cost, placed by the rule itself.
 		for i := range rng.IntN(60) {
-			if _, err := s.Acquire(fmt.Sprintf("bg%d", i), "", all, int64(1+rng.IntN(3000))); err != nil {
+			if _, err := acquire(s, fmt.Sprintf("bg%d", i), "", all, int64(1+rng.IntN(3000))); err != nil {
 				require.ErrorIs(t, err, affinity.ErrNoEligibleBackend)
 			}
 		}
@@ -106,7 +106,7 @@ func TestPlacementMatchesReference(t *testing.T) {
 			}
 			session := fmt.Sprintf("r%d-s%d", round, i)
 			units := int64(1 + rng.IntN(4000))
-			l, err := s.Acquire(session, "", cands, units)
+			l, err := acquire(s, session, "", cands, units)
 			if err != nil {
 				require.ErrorIs(t, err, affinity.ErrNoEligibleBackend)
 				continue

@@ -19,9 +19,9 @@ func TestFleetSpills(t *testing.T) {
 	cfg := affinity.Config{Load: affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(0)}}
 	f := newFleet(t, 3, cfg)
 	first := map[string]string{}
+	var l affinity.Lease
 	for i := range n {
-		l, err := f.scheds[i%3].Acquire(session(i), "", f.cands, 1000)
-		require.NoError(t, err)
+		require.NoError(t, f.scheds[i%3].Acquire(session(i), "", f.cands, 1000, &l))
 		require.Equal(t, affinity.OutcomeMiss, l.Outcome)
 		first[session(i)] = l.Backend.ID()
 		l.Done(affinity.DoneInfo{})
@@ -43,9 +43,9 @@ func TestFleetSpills(t *testing.T) {
 	for r := range 2 {
 		outcomes[r] = map[affinity.Outcome]int{}
 		wg.Go(func() {
+			var l affinity.Lease
 			for i := range n {
-				l, err := f.scheds[r].Acquire(session(i), "", f.cands, 1000)
-				if err != nil {
+				if err := f.scheds[r].Acquire(session(i), "", f.cands, 1000, &l); err != nil {
 					panic(err)
 				}
 				outcomes[r][l.Outcome]++

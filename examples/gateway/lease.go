@@ -36,7 +36,10 @@ const HeaderOutcome = "X-Agent-Serve-Outcome"
 // setOutcome sets HeaderOutcome from st's current lease.
 func (st *route) setOutcome(h http.Header) {
 	st.mu.Lock()
-	o := st.lease.Outcome
+	var o affinity.Outcome
+	if st.lease != nil {
+		o = st.lease.Outcome
+	}
 	st.mu.Unlock()
 	if o != 0 {
 		h[HeaderOutcome] = st.headerSlot(2, o.String()) // canonical already
@@ -60,16 +63,23 @@ func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
 // acquire places st through the lease of its routing snapshot's scheduler, first
 // releasing the lease of a previous attempt (a retry after a connection error). A lease
 // belongs to the scheduler that made it: after a reload its Done still releases there.
+// Each attempt has its own Lease (the first one's lives in the route: no allocation), so
+// a late Done on a failed attempt's Lease (its body closed on another goroutine) never
+// races with the next attempt filling its own.
 func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 	rt := st.rt
 	st.mu.Lock()
 	prev := st.lease
-	st.lease = affinity.Lease{}
+	st.lease = nil
+	l := &st.lease0
+	if st.used0 { // a retry
+		l = new(affinity.Lease)
+	}
+	st.used0 = true
 	st.mu.Unlock()
-	prev.Done(affinity.DoneInfo{Err: errRetried})
+	prev.Done(affinity.DoneInfo{Err: errRetried}) // nil: no-op
 
-	l, _, err := rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost)
-	if err != nil {
+	if _, err := rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost, l); err != nil {
 		return nil, false, err
 	}
 	st.mu.Lock()

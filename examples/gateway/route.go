@@ -175,9 +175,11 @@ type route struct {
 	hit     bool
 	retried bool
 
-	reserved atomic.Int64   // bytes charged to the in-flight budget (limits.go)
-	lease    affinity.Lease // of the current attempt (lease.go)
-	cost     int64          // Acquire cost: body bytes / 4
+	reserved atomic.Int64    // bytes charged to the in-flight budget (limits.go)
+	lease    *affinity.Lease // of the current attempt (lease.go); nil before the first
+	cost     int64           // Acquire cost: body bytes / 4
+	lease0   affinity.Lease  // the first attempt's Lease (retries allocate their own)
+	used0    bool            // lease0 has been handed to an attempt
 
 	// Per-request objects kept here to save an allocation each: the response writer
 	// wrapper, the bodies modifyResponse installs (at most one of each per request) and

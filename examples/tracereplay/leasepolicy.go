@@ -44,7 +44,8 @@ type leasePolicy struct {
 	backends []affinity.Backend
 	index    map[string]int
 	open     leaseHeap
-	last     affinity.Lease // the lease of the request just routed
+	last     *affinity.Lease   // the lease of the request just routed
+	free     []*affinity.Lease // released leases, for Acquire to fill again
 	spills   int
 }
 
@@ -75,13 +76,21 @@ func (p *leasePolicy) release(now time.Duration) {
 		o := heap.Pop(&p.open).(openLease)
 		p.clock.Set(traceEpoch.Add(o.end))
 		o.lease.Done(affinity.DoneInfo{PromptTokens: o.prompt, CachedPromptTokens: o.cached})
+		p.free = append(p.free, o.lease)
 	}
 }
 
 func (p *leasePolicy) Route(t Turn, c *Cluster) (Decision, error) {
 	p.release(c.Now())
 	p.clock.Set(traceEpoch.Add(c.Now()))
-	l, err := p.sched.Acquire(t.Session, "", p.backends, int64(t.Req.InputTokens))
+	l := new(affinity.Lease)
+	if n := len(p.free); n > 0 {
+		l, p.free = p.free[n-1], p.free[:n-1]
+	}
+	err := p.sched.Acquire(t.Session, "", p.backends, int64(t.Req.InputTokens), l)
+	if err != nil {
+		p.free = append(p.free, l) // not filled
+	}
 	if errors.Is(err, affinity.ErrNoEligibleBackend) {
 		return Decision{}, fmt.Errorf("%w: %w", ErrNoBackendUp, err)
 	}
@@ -100,7 +109,7 @@ func (p *leasePolicy) Served(t Turn, _ int, reused int, latency time.Duration) {
 	now := time.Duration(t.Req.Timestamp) * time.Millisecond
 	heap.Push(&p.open, openLease{end: now + latency, lease: p.last,
 		prompt: int64(t.Req.InputTokens), cached: int64(reused)})
-	p.last = affinity.Lease{}
+	p.last = nil
 }
 
 func (p *leasePolicy) BackendDown(i int, now time.Duration) {
@@ -120,7 +129,7 @@ func (p *leasePolicy) finish() { p.release(1<<63 - 1) }
 
 type openLease struct {
 	end            time.Duration
-	lease          affinity.Lease
+	lease          *affinity.Lease
 	prompt, cached int64
 }
 
