@@ -217,15 +217,16 @@ func reprefill(e *entry, units int64) int64 {
 }
 
 // open fills l with the lease of a decision: backend b (whose load record is g.bl, or nil
-// to look it up) is charged g.charge prompt tokens. l is not open (checked by the caller).
-func (s *Scheduler) open(l *Lease, b *Backend, out Outcome, g grant, session, tier string) {
+// to look it up) is charged g.charge prompt tokens. l is not open (checked by the caller)
+// and the caller has set l.session and l.tier (fewer arguments: all in registers).
+func (s *Scheduler) open(l *Lease, b *Backend, out Outcome, g grant) {
 	bl := g.bl
 	if bl == nil {
 		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
 	bl.add(g.charge)
 	l.Backend, l.Outcome, l.AffinityHit, l.hit = *b, out, out == OutcomeHit, out == OutcomeHit
-	l.s, l.bl, l.cost, l.session, l.tier = s, bl, g.charge, session, tier
+	l.s, l.bl, l.cost = s, bl, g.charge
 	l.drain = s.ld.p.drainRate > 0
 	if l.drain { // drainmodel.go (start, idle and rp are read only then)
 		l.start = s.t.clock.now()
@@ -282,7 +283,8 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 	if err != nil {
 		return err
 	}
-	s.open(l, &candidates[ci], out, g, sessionID, tier)
+	l.session, l.tier = sessionID, tier
+	s.open(l, &candidates[ci], out, g)
 	return nil
 }
 

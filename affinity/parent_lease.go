@@ -24,7 +24,8 @@ func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, c
 	}
 	if ok {
 		units := min(max(cost, 1), MaxLeaseCost)
-		s.open(l, &b, OutcomeMiss, grant{charge: units}, sessionID, tier)
+		l.session, l.tier = sessionID, tier
+		s.open(l, &b, OutcomeMiss, grant{charge: units})
 		return PlacedParent, nil
 	}
 	if err := s.Acquire(sessionID, tier, candidates, cost, l); err != nil {
