@@ -453,7 +453,8 @@ func TestReportLoad(t *testing.T) {
 }
 
 // TestLeaseRace: many goroutines acquire and release leases (Done from other goroutines,
-// twice, concurrently with OnBackendDown/Up and load reports); afterwards every backend's
+// twice, some by two goroutines at once; a Lease filled again after its Done; all
+// concurrently with OnBackendDown/Up and load reports); afterwards every backend's
 // outstanding load is 0. Run with -race.
 func TestLeaseRace(t *testing.T) {
 	s, _ := newSched(t, loadCfg(1.25, 1))
@@ -466,8 +467,13 @@ func TestLeaseRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			var own affinity.Lease // filled again after each of its Done calls
 			for i := range 2000 {
-				l, err := acquire(s, fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)))
+				l := &own
+				if i%2 == 0 { // handed to the releasers
+					l = new(affinity.Lease)
+				}
+				err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)), l)
 				if errors.Is(err, affinity.ErrNoEligibleBackend) {
 					continue
 				}
@@ -477,6 +483,9 @@ func TestLeaseRace(t *testing.T) {
 				ok.Add(1)
 				if i%2 == 0 {
 					leases <- l
+					if i%4 == 0 { // both releasers may end it at once
+						leases <- l
+					}
 				} else {
 					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: int64(rng.IntN(1000))})
 				}
