@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
+	"github.com/agentserve/sessionaffinity/internal/benchmin"
 )
 
 // drainCfg is load awareness with the drain model: factor, weight, an initial rate of
@@ -295,15 +296,14 @@ func BenchmarkLeaseHitDrain(b *testing.B) {
 				}
 			}
 			b.Run(fmt.Sprintf("mode=%s/cands=%d", mode, n), func(b *testing.B) {
-				b.ReportAllocs()
-				var l affinity.Lease
-				for i := 0; b.Loop(); i++ {
+				var l affinity.Lease // the caller's, reused
+				benchmin.Batched(b, func(i int) {
 					err := s.Acquire(ids[i&(benchSessions-1)], "", bs, 1000, &l)
 					if err != nil || l.Outcome != affinity.OutcomeHit {
 						b.Fatal("not a hit", l.Outcome, err)
 					}
 					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900})
-				}
+				})
 			})
 		}
 	}
