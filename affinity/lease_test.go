@@ -603,3 +603,37 @@ func TestLeaseCostClamped(t *testing.T) {
 	l.Done(affinity.DoneInfo{})
 	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l.Backend.ID()))
 }
+
+// TestLeaseHitZeroAllocs: Acquire+Done on a hit into a Lease the caller reuses allocates
+// nothing, with load awareness off and on, at 8 and 64 candidates, with and without
+// usage reported to Done.
+func TestLeaseHitZeroAllocs(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		for _, tc := range []struct {
+			name string
+			cfg  affinity.Config
+			info affinity.DoneInfo
+		}{
+			{"off", affinity.Config{}, affinity.DoneInfo{}},
+			{"off/usage", affinity.Config{}, affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900}},
+			{"on", loadCfg(1.25, 1), affinity.DoneInfo{}},
+			{"on/usage", loadCfg(1.25, 1), affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900}},
+		} {
+			t.Run(fmt.Sprintf("%s/cands=%d", tc.name, n), func(t *testing.T) {
+				s, _ := newSched(t, tc.cfg)
+				bs := backendsN(n)
+				var l affinity.Lease
+				require.NoError(t, s.Acquire("s", "", bs, 1000, &l))
+				l.Done(tc.info)
+				allocs := testing.AllocsPerRun(500, func() {
+					if err := s.Acquire("s", "", bs, 1000, &l); err != nil || !l.AffinityHit {
+						t.Fatal("not a hit", l.Outcome, err)
+					}
+					l.Done(tc.info)
+				})
+				assert.Zero(t, allocs)
+				assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l.Backend.ID()), "released")
+			})
+		}
+	}
+}
