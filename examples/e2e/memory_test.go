@@ -1,12 +1,15 @@
 package e2e_test
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,4 +146,44 @@ func TestBodyFloodMemory(t *testing.T) {
 	reqs, bytes := c.gw.InFlight()
 	assert.Zero(t, reqs)
 	assert.Zero(t, bytes, "every reservation returned")
+}
+
+// Clients that announce a large body and send one byte of it hold only what they sent
+// plus one chunk of limits.max_inflight_bytes, not their Content-Length: 16 of them,
+// each announcing max_body_bytes (8 MiB, 128 MiB in all against a 64 MiB budget), leave
+// room for a normal client. (Before, each was charged 8 MiB on arrival and the eighth
+// filled the budget: everyone else got 503 until read_body_seconds cut them.)
+func TestSlowAnnouncedBodiesDoNotExhaustBudget(t *testing.T) {
+	const (
+		slow   = 16
+		size   = 8 << 20
+		budget = 64 << 20
+	)
+	c := newCluster(t, 1, func(cfg *gateway.Config) {
+		cfg.MaxBodyBytes = size
+		cfg.Limits.MaxInflightBytes = budget
+		cfg.Health.Enabled = new(false)
+	})
+	addr := strings.TrimPrefix(c.url, "http://")
+	for i := range slow {
+		_, before := c.gw.InFlight()
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() }) // the gateway's read fails, the handler returns
+		_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+			"X-Session-ID: slow-%d\r\nContent-Length: %d\r\n\r\n{", i, size)
+		require.NoError(t, err)
+		// The gateway has taken this client's request once its charge shows (or it was refused).
+		require.Eventually(t, func() bool {
+			reqs, bytes := c.gw.InFlight()
+			return bytes > before || int(reqs) < i+1
+		}, 10*time.Second, time.Millisecond)
+	}
+	reqs, bytes := c.gw.InFlight()
+	t.Logf("%d slow clients in flight hold %d KiB of the %d MiB budget", reqs, bytes>>10, budget>>20)
+	assert.EqualValues(t, slow, reqs, "every slow client is in flight, none refused")
+	assert.LessOrEqual(t, bytes, int64(slow*64<<10), "each holds at most one 64 KiB chunk")
+
+	r := c.chat("normal", []msg{{Role: "user", Content: "hello"}})
+	assert.Equal(t, http.StatusOK, r.status, "a normal client is served: %s", r.body)
 }

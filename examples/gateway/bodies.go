@@ -217,21 +217,68 @@ func readInto(dst []byte, r io.Reader, limit int) ([]byte, error) {
 
 var errTooLarge = errors.New("gateway: body over the limit")
 
+// Request bodies are read into a buffer that grows as bytes arrive, each growth charged
+// to limits.max_inflight_bytes before it is made (readRequestBody), so that a client
+// holds what it sent plus one chunk, never the Content-Length it announced.
+const (
+	// bodyChunk is the first buffer of a body with a Content-Length: a body that fits
+	// (almost every request) is one allocation of exactly its length and one read.
+	bodyChunk = 64 << 10
+	// firstChunkedBuffer is the first buffer of a body of unknown length (chunked),
+	// io.ReadAll's first size.
+	firstChunkedBuffer = 512
+)
+
+// errOverBudget: growing the body buffer would exceed limits.max_inflight_bytes.
+var errOverBudget = errors.New("gateway: request bytes in flight exceed limits.max_inflight_bytes")
+
 // readRequestBody reads the request body (at most limit bytes, else an
-// *http.MaxBytesError like http.MaxBytesReader's). With a known Content-Length it makes
-// one allocation of exactly that size instead of io.ReadAll's doublings, and needs no
-// http.MaxBytesReader: the server's body reader ends at the Content-Length.
-func readRequestBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if n := r.ContentLength; n > 0 && n <= limit {
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, err
-		}
-		var one [1]byte
-		if _, err := r.Body.Read(one[:]); err != io.EOF && err != nil {
-			return nil, err
-		}
-		return buf, nil
+// *http.MaxBytesError like http.MaxBytesReader's) into a buffer that starts at
+// min(Content-Length, bodyChunk) — or firstChunkedBuffer when the length is unknown —
+// and doubles up to the Content-Length (or limit) as bytes arrive. charge is called with
+// the bytes of each buffer, the first included, before it is allocated; when it returns
+// false the read stops with errOverBudget. The bytes charged add up to the final
+// buffer's capacity (the smaller buffers it replaced are garbage). With a known
+// Content-Length no http.MaxBytesReader is needed: the server's body reader ends there.
+func readRequestBody(w http.ResponseWriter, r *http.Request, limit int64, charge func(n int64) bool) ([]byte, error) {
+	src, want := r.Body, r.ContentLength
+	size := min(want, bodyChunk)
+	if want < 0 {
+		src, want = http.MaxBytesReader(w, r.Body, limit), limit
+		size = min(want, firstChunkedBuffer)
 	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if !charge(size) {
+		return nil, errOverBudget
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(cap(buf)) >= want { // full: only the end may follow
+				var one [1]byte
+				n, err := src.Read(one[:])
+				switch {
+				case err != nil && err != io.EOF:
+					return nil, err
+				case n > 0: // a known length never gets here (the body reader ends there)
+					return nil, &http.MaxBytesError{Limit: limit}
+				case err == io.EOF:
+					return buf, nil
+				}
+				continue
+			}
+			next := min(want, 2*int64(cap(buf)))
+			if !charge(next - int64(cap(buf))) {
+				return nil, errOverBudget
+			}
+			buf = append(make([]byte, 0, next), buf...)
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

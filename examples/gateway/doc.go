@@ -10,8 +10,8 @@
 // # Routing a request
 //
 //  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413), charged to
-//     limits.max_inflight_bytes (over it: JSON 503 with Retry-After) and kept in memory so
-//     a request can be replayed once on another backend.
+//     limits.max_inflight_bytes as it arrives (over it: JSON 503 with Retry-After) and
+//     kept in memory so a request can be replayed once on another backend.
 //  2. The body of a POST request must be a JSON object (otherwise JSON 400) when its
 //     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
@@ -132,6 +132,13 @@
 // the backend's own 5xx responses pass through unchanged.
 //
 // # Limits and timeouts
+//
+// Decision: a request body is charged as it arrives, not by its Content-Length: its
+// buffer starts at min(Content-Length, 64 KiB) (512 bytes when chunked) and doubles up to
+// the Content-Length or max_body_bytes, each growth charged before it is made. A client
+// that announces 8 MiB and sends one byte holds 64 KiB, so slow clients cannot fill the
+// budget with bytes they never send; the price is that, with the budget full, a large
+// upload may be cut part-way with the 503 instead of refused before it starts.
 //
 // Request bodies and buffered responses are charged to limits.max_inflight_bytes, and
 // proxied requests to limits.max_inflight_requests; beyond either the client gets a

@@ -13,10 +13,10 @@ import (
 // defaults shown; a negative value is [ErrLimitsConfig].
 //
 // What bounds the gateway's memory: request bodies and buffered responses are charged
-// to max_inflight_bytes before they are read (a body by its Content-Length, or by
-// max_body_bytes when the length is unknown, the excess returned once it is read; a
-// non-streaming JSON response buffered for the x_agent_serve object by twice its length,
-// or 2 x 16 MiB when unknown); a request that does not fit gets a JSON 503 "overloaded"
+// to max_inflight_bytes (a body as it arrives: its buffer starts at min(Content-Length,
+// 64 KiB), 512 bytes when the length is unknown, and each doubling is charged before it
+// is made; a non-streaming JSON response buffered for the x_agent_serve object, before
+// it is read, by twice its length, or 2 x 16 MiB when unknown); a request that does not fit gets a JSON 503 "overloaded"
 // with Retry-After, a response that does not fit passes through unbuffered (without the
 // x_agent_serve object). max_inflight_requests bounds the rest, which is per request and
 // small (goroutines, bufio and copy buffers: tens of KiB each). Add the binding table
@@ -132,8 +132,11 @@ func (g *Gateway) overloaded(w http.ResponseWriter, rt *routing, what string) {
 }
 
 // readBody reads r's body under the body-read timeout and the in-flight byte budget,
-// charging it to st. With a Content-Length the body is read into one buffer of exactly
-// that size (no growth copies). It writes the error response itself and returns false on
+// charging it to st as it arrives: the buffer starts at min(Content-Length, 64 KiB) (512
+// bytes when the length is unknown) and doubles up to the Content-Length or
+// max_body_bytes, each growth charged before it is made, so a client that announced a
+// large body holds only what it sent plus one chunk. A body that fits the first buffer
+// is one allocation of exactly its length. It writes the error response itself and returns false on
 // failure: 413 over max_body_bytes, 503 over the budget, 408 on a read timeout, 400 on a
 // read error.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([]byte, bool) {
@@ -147,30 +150,22 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	want := r.ContentLength
-	if want < 0 {
-		want = max
-	}
-	if !g.reserve(st, want) {
-		g.overloaded(w, st.rt, "request bytes in flight exceed limits.max_inflight_bytes")
-		return nil, false
-	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(duration(cfg.Timeouts.ReadBodySeconds)))
 	raw := w
 	if ow, ok := w.(*outcomeWriter); ok {
 		raw = ow.ResponseWriter // MaxBytesReader tells net/http's own writer to close the connection
 	}
-	body, err := readRequestBody(raw, r, max) // one exact-size buffer when the length is known
-	if r.ContentLength < 0 {
-		g.unreserve(st, want-int64(len(body)))
-	}
+	// Charged as it grows: a client holds what it sent plus one chunk (bodies.go).
+	body, err := readRequestBody(raw, r, max, func(n int64) bool { return g.reserve(st, n) })
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{}) // on failure it stays: the connection is not read again
 		return body, true
 	}
 	var tooBig *http.MaxBytesError
 	switch {
+	case errors.Is(err, errOverBudget):
+		g.overloaded(w, st.rt, "request bytes in flight exceed limits.max_inflight_bytes")
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", max))
