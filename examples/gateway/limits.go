@@ -16,8 +16,8 @@ import (
 // to max_inflight_bytes (a body as it arrives: its buffer starts at min(Content-Length,
 // 64 KiB), 512 bytes when the length is unknown, and each doubling is charged before it
 // is made; a non-streaming JSON response buffered for the x_agent_serve object, before
-// it is read, by twice its length, or 2 x 16 MiB when unknown); a request that does not fit gets a JSON 503 "overloaded"
-// with Retry-After, a response that does not fit passes through unbuffered (without the
+// it is read, by twice its length, or 2 x 16 MiB when unknown); a request that does not
+// fit gets a JSON 503 "overloaded" with Retry-After, a response that does not fit passes through unbuffered (without the
 // x_agent_serve object). max_inflight_requests bounds the rest, which is per request and
 // small (goroutines, bufio and copy buffers: tens of KiB each). Add the binding table
 // (affinity.max_bindings, about 200 bytes a binding) for the whole. That bounds the live
