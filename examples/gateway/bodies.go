@@ -68,9 +68,10 @@ func skipValue(b []byte, i int) int {
 }
 
 // member finds the top-level member named key of the JSON object that starts at
-// obj[open] == '{' and returns its raw value. obj must be valid JSON. A key written with
-// escapes is decoded before comparing (rare; that case allocates). Cost: O(len(obj)).
-func member(obj []byte, open int, key string) ([]byte, bool) {
+// obj[open] == '{' and returns its raw value; of duplicate keys the last wins, as in
+// encoding/json. obj must be valid JSON. A key written with escapes is decoded before
+// comparing (rare; that case allocates). Cost: O(len(obj)).
+func member(obj []byte, open int, key string) (v []byte, found bool) {
 	i := skipWS(obj, open+1)
 	for i < len(obj) && obj[i] == '"' {
 		end := skipString(obj, i)
@@ -79,14 +80,14 @@ func member(obj []byte, open int, key string) ([]byte, bool) {
 		i = skipWS(obj, i+1) // past ':'
 		vend := skipValue(obj, i)
 		if keyIs(raw, key) {
-			return obj[i:vend], true
+			v, found = obj[i:vend], true
 		}
 		i = skipWS(obj, vend)
 		if i < len(obj) && obj[i] == ',' {
 			i = skipWS(obj, i+1)
 		}
 	}
-	return nil, false
+	return v, found
 }
 
 func keyIs(raw []byte, key string) bool {

@@ -16,6 +16,10 @@
 //     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
 //     non-multipart Content-Type; its "model" is read. Other bodies pass unparsed.
+//     Decision: the top-level key "model" is matched exactly after unescaping and of
+//     duplicate keys the last wins, as encoding/json (the cache_salt rewrite) and
+//     Python's json (vLLM) decide, so the tier follows the model the backend serves;
+//     a response's "usage" is read the same way.
 //     Such a body sent with a Content-Encoding other than identity gets a JSON 415
 //     unsupported_content_encoding with Accept-Encoding: identity (RFC 9110 §15.5.16):
 //     the gateway does not decompress request bodies (a decision where the issue was

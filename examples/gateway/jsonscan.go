@@ -19,12 +19,15 @@ import (
 const maxJSONDepth = 10000
 
 // topMembers is what scanJSON found at the top level of a JSON object: the raw value of
-// the first "model" and "usage" member (nil when absent) and whether an "x_agent_serve"
-// member exists. Keys are compared after unescaping (like member).
+// the last "model" and "usage" member (nil when absent) and whether an "x_agent_serve"
+// member exists. Keys are compared after unescaping (like member). The last of
+// duplicate keys wins, as in encoding/json (json.Unmarshal, the cache_salt rewrite) and
+// Python's json (vLLM): a body {"model":"x","model":"big"} is routed as "big", the model
+// the backend serves.
 type topMembers struct {
 	open  int    // index of the object's '{'
-	model []byte // raw value of the first top-level "model", nil if none
-	usage []byte // raw value of the first top-level "usage", nil if none
+	model []byte // raw value of the last top-level "model", nil if none
+	usage []byte // raw value of the last top-level "usage", nil if none
 	meta  bool   // a top-level MetadataKey member exists
 }
 
@@ -139,14 +142,10 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 		for {
 			if depth == 1 && obj { // the value of a top-level member ended
 				switch key {
-				case keyModel:
-					if top.model == nil {
-						top.model = b[valStart:i]
-					}
+				case keyModel: // the last wins (encoding/json, Python's json)
+					top.model = b[valStart:i]
 				case keyUsage:
-					if top.usage == nil {
-						top.usage = b[valStart:i]
-					}
+					top.usage = b[valStart:i]
 				case keyMeta:
 					top.meta = true
 				}

@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// checkScan compares scanJSON with json.Valid and, for objects, with member (the
-// reference for the top-level members).
+// checkScan compares scanJSON with json.Valid and, for objects, with member and with
+// encoding/json decoding into a map (the references for the top-level members: of
+// duplicate keys the last wins).
 func checkScan(t *testing.T, data []byte) {
 	t.Helper()
 	top, obj, valid := scanJSON(data)
@@ -34,6 +35,19 @@ func checkScan(t *testing.T, data []byte) {
 			t.Fatalf("scanJSON(%q): %s = %q, member says %q (found %v)", data, m.key, m.got, v, found)
 		}
 	}
+	var ref map[string]json.RawMessage
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("scanJSON(%q): an object, json.Unmarshal says %v", data, err)
+	}
+	for _, m := range []struct {
+		key string
+		got []byte
+	}{{"model", top.model}, {"usage", top.usage}} {
+		v, found := ref[m.key]
+		if found != (m.got != nil) || !bytes.Equal(v, m.got) {
+			t.Fatalf("scanJSON(%q): %s = %q, encoding/json says %q (found %v)", data, m.key, m.got, v, found)
+		}
+	}
 	if _, found := member(data, i, MetadataKey); found != top.meta {
 		t.Fatalf("scanJSON(%q): meta %v, member says %v", data, top.meta, found)
 	}
@@ -43,7 +57,9 @@ var scanCases = []string{
 	``, ` `, `{`, `}`, `{}`, ` {} `, `[]`, `[ ]`, `{ }`, `[1,]`, `{"a":1,}`, `{"a"}`, `{"a":}`, `{,}`, `[,1]`,
 	`null`, `nul`, `nullx`, `true`, `false`, `tru`, `"a"`, `"a`, `"\u00e9"`, `"\u00g9"`, `"\x"`, `"\/"`, "\"\x01\"",
 	"\"\x7f\xff\"", `0`, `-0`, `01`, `-`, `1.`, `1.5`, `.5`, `1e`, `1e+`, `1e+5`, `1E-05`, `-1.5e300`, `1 2`,
-	`{"model":"m"}`, `{"model":"m","model":"n"}`, `{"\u006dodel":"esc"}`, `{"mod\"el":1}`, `{"a":{"model":"inner"}}`,
+	`{"model":"m"}`, `{"model":"m","model":"n"}`, `{"model":"x","model":"big"}`, `{"model":"\u0078","model":"big"}`,
+	`{"model":null,"model":"big"}`, `{"model":"big","model":null}`, `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}`,
+	`{"Model":"m"}`, `{"\u006dodel":"esc"}`, `{"mod\"el":1}`, `{"a":{"model":"inner"}}`,
 	`{"usage":{"prompt_tokens":8,"completion_tokens":1}}`, `{"usage":null}`, `{"choices":[{"usage":1}],"usage":[]}`,
 	`{"x_agent_serve":{}}`, `{"a":[{"x_agent_serve":1}]}`, `{"x_agent_serv\u0065":true}`, `{"model":[],"usage":{}}`,
 	"{\"a\":\"line\nbreak\"}", "{\t\"model\"\r\n:\n\"m\" }", `{"a":1}x`, `{"a":1}}`, `[{"model":"m"}]`,

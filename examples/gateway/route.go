@@ -302,35 +302,45 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	if len(body) == 0 {
 		return "", errors.New("malformed JSON request body: empty body")
 	}
-	if top, obj, _ := scanJSON(body); obj { // the fast path: no decoding
+	if top, obj, _ := scanJSON(body); obj {
+		// The last top-level "model" (exact key after unescaping, as vLLM reads it): a
+		// plain string needs no decoding; one with escapes is decoded alone.
 		switch v := top.model; {
 		case v == nil || string(v) == "null":
 			return "", nil
 		case len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0:
 			return string(v[1 : len(v)-1]), nil
+		default:
+			var model string
+			if err := json.Unmarshal(v, &model); err != nil {
+				return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", v)
+			}
+			return model, nil
 		}
 	}
-	var req struct {
-		Model json.RawMessage `json:"model"`
-	}
+	// Not a JSON object: encoding/json names what is wrong.
+	var req any
 	if err := json.Unmarshal(body, &req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "" {
-			return "", fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", te.Value)
-		}
 		return "", fmt.Errorf("malformed JSON request body: %v", err)
 	}
-	if b := bytes.TrimLeft(body, " \t\r\n"); b[0] != '{' { // null decodes without error
-		return "", errors.New("malformed JSON request body: must be a JSON object, got null")
+	return "", fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", jsonKind(req))
+}
+
+// jsonKind names the kind of a decoded JSON value as encoding/json's errors do.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "bool"
+	case float64:
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "array"
 	}
-	if len(req.Model) == 0 || string(req.Model) == "null" {
-		return "", nil
-	}
-	var model string
-	if err := json.Unmarshal(req.Model, &model); err != nil {
-		return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", req.Model)
-	}
-	return model, nil
+	return "object"
 }
 
 // contentEncodingError: a body the gateway must read to route (parseModel) arrived with a
