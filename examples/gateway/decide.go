@@ -70,7 +70,9 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		return Decision{}, &RequestError{http.StatusBadRequest, "unknown_tier", fmt.Errorf("%w: %w", ErrRequest, err)}
 	}
 	if tenant := rt.tenantOf(r); tenant != "" {
-		session, parent = rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent)
+		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
+			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", err}
+		}
 		if body, err = rt.saltBody(r, body, tenant); err != nil {
 			return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
 		}

@@ -30,7 +30,9 @@
 //     session ID is the first of parent_session_headers ([DefaultParentSessionHeaders]:
 //     X-Parent-Session-ID) present. With tenant scoping ([TenantConfig]) and a tenant
 //     identity on the request, both are prefixed with a keyed hash of the tenant
-//     ([TenantTagBytes] bytes, counted in affinity.max_session_id_bytes), and with
+//     ([TenantTagBytes] bytes; affinity.max_session_id_bytes bounds the ID the client
+//     sent, checked before the tag is added so an error never shows the tag, and the
+//     Scheduler's limit makes room for the tag), and with
 //     tenant.cache_salt the JSON body of .../chat/completions and .../completions gets
 //     vLLM's "cache_salt" for the tenant.
 //  4. The tier is the tier_header value (it must name a tier the config knows:

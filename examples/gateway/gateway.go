@@ -129,7 +129,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if g.storeOpts, err = g.openStore(cfg.Store); err != nil {
 		return nil, err
 	}
-	if rt.sched, err = g.newScheduler(cfg.Affinity); err != nil {
+	if rt.sched, err = g.newScheduler(schedulerConfig(cfg)); err != nil {
 		g.closeStore()
 		return nil, err
 	}

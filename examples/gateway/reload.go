@@ -89,11 +89,11 @@ func (g *Gateway) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
-	migrate := !reflect.DeepEqual(cfg.Affinity, old.cfg.Affinity)
+	migrate := !reflect.DeepEqual(schedulerConfig(cfg), schedulerConfig(old.cfg))
 	rt.sched = old.sched
 	if migrate {
 		// The new table shares the health set, so Down marks survive.
-		if rt.sched, err = g.newScheduler(cfg.Affinity, affinity.WithHealth(old.sched.Health())); err != nil {
+		if rt.sched, err = g.newScheduler(schedulerConfig(cfg), affinity.WithHealth(old.sched.Health())); err != nil {
 			return err
 		}
 	}

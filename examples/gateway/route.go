@@ -73,7 +73,10 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if tenant := rt.tenantOf(r); tenant != "" {
 		// Scope the binding by tenant: another tenant sending the same session (or
 		// parent) ID gets its own binding. Only the keyed hash reaches the Scheduler.
-		session, parent = rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent)
+		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
+			writeError(w, http.StatusBadRequest, "session_id_too_long", err.Error())
+			return
+		}
 		if body, err = rt.saltBody(r, body, tenant); err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 			return

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // DefaultTenantSecretEnv is the environment variable holding the per-deployment secret
@@ -150,9 +152,46 @@ func (rt *routing) saltBody(r *http.Request, body []byte, tenant string) ([]byte
 // salt returns the cache_salt of identity id (independent of the tag).
 func (t *tenants) salt(id string) string { return t.derive("cache_salt", id) }
 
-// TenantTagBytes is the number of bytes a tenant scope adds in front of a session ID;
-// it counts towards affinity.max_session_id_bytes.
+// TenantTagBytes is the number of bytes a tenant scope adds in front of a session ID.
+// Decision: it does not count towards affinity.max_session_id_bytes, which bounds the
+// session ID the client sent (checked before scoping, [routing.scopeSession]); with
+// tenant scoping on, the Scheduler's own limit is max_session_id_bytes + TenantTagBytes
+// ([schedulerConfig]).
 const TenantTagBytes = 2 + 22 + 1
+
+// schedulerConfig is the affinity.Config the Scheduler of cfg is built with: cfg.Affinity,
+// with room for the tenant tag in max_session_id_bytes when tenant scoping is on.
+func schedulerConfig(cfg Config) affinity.Config {
+	ac := cfg.Affinity
+	if cfg.Tenant.enabled() {
+		ac.MaxSessionIDBytes = cfg.maxSessionIDBytes() + TenantTagBytes
+	}
+	return ac
+}
+
+// maxSessionIDBytes is affinity.max_session_id_bytes with its default applied: the
+// longest session ID a client may send.
+func (c Config) maxSessionIDBytes() int {
+	if c.Affinity.MaxSessionIDBytes == 0 {
+		return affinity.DefaultMaxSessionIDBytes
+	}
+	return c.Affinity.MaxSessionIDBytes
+}
+
+// scopeSession prefixes the client's session and parent session IDs with the tenant tag
+// of tenant. The client's session ID is checked against max_session_id_bytes first, so
+// the error (affinity.ErrSessionIDTooLong, the client's own length and ID) never shows
+// the tag; a parent ID over the limit is dropped, as the Scheduler ignores one.
+func (rt *routing) scopeSession(tenant, session, parent string) (string, string, error) {
+	max := rt.cfg.maxSessionIDBytes()
+	if len(session) > max {
+		return "", "", fmt.Errorf("%w: %d bytes (max %d): %q...", affinity.ErrSessionIDTooLong, len(session), max, session[:min(32, max)])
+	}
+	if len(parent) > max {
+		parent = ""
+	}
+	return rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent), nil
+}
 
 // isSaltEndpoint reports whether vLLM accepts cache_salt on this path.
 func isSaltEndpoint(path string) bool {

@@ -171,6 +171,19 @@ func TestTenantIdentityNeverExposed(t *testing.T) {
 	} {
 		record(do(t, g, chat, chatBody, h))
 	}
+	// The client's session ID is checked against the documented limit (256) before the
+	// tenant tag is added: 232 and 256 bytes fit, 257 is a 400 naming the client's own
+	// length (before, 232 bytes gave a 400 showing "257 bytes" and the tag).
+	for _, n := range []int{232, 256} {
+		fits := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("z", n)})
+		record(fits)
+		assert.Equal(t, http.StatusOK, fits.Code, "%d bytes fit with the tenant tag: %s", n, fits.Body.String())
+	}
+	over := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("z", 257)})
+	record(over)
+	assert.Equal(t, http.StatusBadRequest, over.Code)
+	assert.Contains(t, over.Body.String(), `"session_id_too_long"`)
+	assert.Contains(t, over.Body.String(), "257 bytes (max 256)", "the client's own length")
 	// Break every binding: broken bindings are logged (at Debug) on their next turn.
 	for _, id := range []string{"b0", "b1", "b2"} {
 		g.Scheduler().OnBackendDown(id)
@@ -186,4 +199,26 @@ func TestTenantIdentityNeverExposed(t *testing.T) {
 			assert.NotContains(t, text, secret, "%s expose the tenant identity", name)
 		}
 	}
+	// Nor does a response show a tenant tag ("t:<22 base64url>:"), error bodies included.
+	assert.NotRegexp(t, `t:[A-Za-z0-9_-]{22}:`, responses.String(), "responses expose a tenant tag")
+}
+
+// Turning tenant scoping on by a reload gives the Scheduler room for the tag too: a
+// session ID of the documented maximum still fits; off again, 257 bytes are refused.
+func TestReloadTenantKeepsSessionLimit(t *testing.T) {
+	g, _ := testGateway(t, "")
+	max := strings.Repeat("m", 256)
+	cfg := g.Config()
+	cfg.Tenant = gateway.TenantConfig{APIKey: true}
+	require.NoError(t, g.Reload(cfg))
+	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": max})
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": max + "x"})
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	cfg.Tenant = gateway.TenantConfig{}
+	require.NoError(t, g.Reload(cfg))
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": max + "x"})
+	assert.Equal(t, http.StatusBadRequest, rec.Code, "without tenant scoping the Scheduler checks the client's ID")
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": max})
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }
