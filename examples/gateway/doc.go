@@ -20,7 +20,8 @@
 //     duplicate keys the last wins, as encoding/json (the cache_salt rewrite) and
 //     Python's json (vLLM) decide, so the tier follows the model the backend serves;
 //     a response's "usage" is read the same way.
-//     Such a body sent with a Content-Encoding other than identity gets a JSON 415
+//     Such a body sent with a Content-Encoding other than identity (any element of
+//     any Content-Encoding line counts: "identity" then "gzip" is gzip) gets a JSON 415
 //     unsupported_content_encoding with Accept-Encoding: identity (RFC 9110 §15.5.16):
 //     the gateway does not decompress request bodies (a decision where the issue was
 //     silent: decompression would need its own size limits, and OpenAI-compatible
@@ -36,8 +37,12 @@
 //     tenant.cache_salt the JSON body of .../chat/completions and .../completions gets
 //     vLLM's "cache_salt" for the tenant.
 //  4. The tier is the tier_header value (it must name a tier the config knows:
-//     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400),
-//     else model_tiers[model], else "" (the default tier).
+//     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400
+//     unknown_tier, whatever the value's length), else model_tiers[model], else "" (the
+//     default tier). A configured tier name over 255 bytes (affinity.MaxTierBytes) is
+//     not rejected at load; requests with a session ID on it get JSON 400
+//     tier_too_long from the Scheduler (the only way to that code), those without one
+//     are routed.
 //  5. The candidates are the backends of that tier; a tier without dedicated backends
 //     (for example "" when every backend has a tier, or a tier that only sets a TTL)
 //     uses all backends.

@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -73,6 +75,52 @@ func TestGatewayErrorAfterChoiceNamesTheBackend(t *testing.T) {
 	assert.True(t, strings.Contains(rec.Body.String(), `backend \"dead\"`), rec.Body.String())
 }
 
+// Every Content-Encoding value counts: header lines after the first and elements of a
+// comma-separated list (RFC 9110 §8.4). A gzipped body announced as "identity" then
+// "gzip" is a 415, not an invalid_json 400.
+func TestContentEncodingEveryValue(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"model":"m","messages":[]}`))
+	require.NoError(t, zw.Close())
+	tests := []struct {
+		name   string
+		lines  []string
+		status int
+		coding string
+	}{
+		{"identity then gzip lines", []string{"identity", "gzip"}, http.StatusUnsupportedMediaType, "gzip"},
+		{"gzip then identity lines", []string{"gzip", "identity"}, http.StatusUnsupportedMediaType, "gzip"},
+		{"list", []string{"identity, br"}, http.StatusUnsupportedMediaType, "br"},
+		{"list, empty elements", []string{" , identity,,gzip "}, http.StatusUnsupportedMediaType, "gzip"},
+		{"identity twice", []string{"identity", "Identity, identity"}, http.StatusOK, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, "")
+			body := gz.Bytes()
+			if tt.status == http.StatusOK {
+				body = []byte(`{"model":"m","messages":[]}`)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Session-ID", "s1")
+			for _, l := range tt.lines {
+				req.Header.Add("Content-Encoding", l)
+			}
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			require.Equal(t, tt.status, rec.Code, rec.Body.String())
+			if tt.status == http.StatusOK {
+				return
+			}
+			assert.Equal(t, "unsupported_content_encoding", errorCodeOf(t, rec.Body.String()))
+			assert.Contains(t, rec.Body.String(), `Content-Encoding \"`+tt.coding+`\"`)
+			assert.Equal(t, "identity", rec.Header().Get("Accept-Encoding"))
+		})
+	}
+}
+
 // A JSON body sent with a Content-Encoding other than identity is not parsed as raw
 // JSON (that gave a misleading 400 invalid_json): it gets a 415 naming the encoding.
 func TestCompressedJSONBodyIs415(t *testing.T) {
@@ -115,6 +163,34 @@ func TestCompressedJSONBodyIs415(t *testing.T) {
 			assert.Equal(t, http.StatusUnsupportedMediaType, re.Status)
 			assert.Equal(t, tt.code, re.Code)
 			assert.Nil(t, d.Done)
+		})
+	}
+}
+
+// When each tier error happens (README, doc.go): unknown_tier when the tier header names
+// a tier the config does not know, whatever its length; tier_too_long only for a
+// configured tier name over affinity.MaxTierBytes (255) on a request with a session
+// (the Scheduler stores the tier in the binding key); without a session it is routed.
+func TestTierErrorCodes(t *testing.T) {
+	long := strings.Repeat("t", 300)
+	g, _ := testGateway(t, "model_tiers: {m: "+long+"}\n")
+	for _, tt := range []struct {
+		name, body string
+		headers    map[string]string
+		status     int
+		code       string
+	}{
+		{"over-long unconfigured header value", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": strings.Repeat("u", 300)}, http.StatusBadRequest, "unknown_tier"},
+		{"configured long tier by model", `{"model":"m"}`, map[string]string{"X-Session-ID": "s"}, http.StatusBadRequest, "tier_too_long"},
+		{"configured long tier by header", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": long}, http.StatusBadRequest, "tier_too_long"},
+		{"configured long tier, no session", `{"model":"m"}`, nil, http.StatusOK, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, g, "/v1/chat/completions", tt.body, tt.headers)
+			require.Equal(t, tt.status, rec.Code, rec.Body.String())
+			if tt.code != "" {
+				assert.Equal(t, tt.code, errorCodeOf(t, rec.Body.String()))
+			}
 		})
 	}
 }

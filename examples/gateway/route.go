@@ -299,7 +299,7 @@ func parseModel(r *http.Request, body []byte) (string, error) {
 	} else if len(body) == 0 && !isJSONEndpoint(r.URL.Path) {
 		return "", nil // a bodiless POST that claims no type
 	}
-	if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
+	if ce := contentCoding(r.Header); ce != "" {
 		return "", &contentEncodingError{encoding: ce}
 	}
 	if len(body) == 0 {
@@ -344,6 +344,21 @@ func jsonKind(v any) string {
 		return "array"
 	}
 	return "object"
+}
+
+// contentCoding returns the first content coding of h other than identity, "" if none:
+// every Content-Encoding header line and every element of its comma-separated list
+// counts (RFC 9110 §8.4: the codings in the order applied), so "identity" on one line
+// and "gzip" on the next is a gzipped body. Empty elements are skipped.
+func contentCoding(h http.Header) string {
+	for _, line := range h.Values("Content-Encoding") {
+		for elem := range strings.SplitSeq(line, ",") {
+			if c := strings.TrimSpace(elem); c != "" && !strings.EqualFold(c, "identity") {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // contentEncodingError: a body the gateway must read to route (parseModel) arrived with a
