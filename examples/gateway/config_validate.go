@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -115,6 +117,9 @@ func (c Config) Validate() error {
 		if _, err := affinity.NewBackend(b.ID, b.URL, b.Weight); err != nil {
 			return invalid(ErrBackendWeight, "backends[%d] (id %q): %v", i, b.ID, err)
 		}
+		if len(b.Tier) > affinity.MaxTierBytes {
+			return invalid(ErrTierName, "backends[%d].tier (id %q): %d bytes (max %d)", i, b.ID, len(b.Tier), affinity.MaxTierBytes)
+		}
 	}
 	for i, h := range c.SessionHeaders {
 		if !validHeaderName(h) {
@@ -124,9 +129,12 @@ func (c Config) Validate() error {
 	if !validHeaderName(c.TierHeader) {
 		return invalid(ErrHeaderName, "tier_header: %q: %s", c.TierHeader, headerNameProblem(c.TierHeader))
 	}
-	for model, tier := range c.ModelTiers {
-		if tier == "" {
+	for _, model := range slices.Sorted(maps.Keys(c.ModelTiers)) { // sorted: the same file, the same first error
+		switch tier := c.ModelTiers[model]; {
+		case tier == "":
 			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
+		case len(tier) > affinity.MaxTierBytes:
+			return invalid(ErrTierName, "model_tiers[%q]: tier is %d bytes (max %d)", model, len(tier), affinity.MaxTierBytes)
 		}
 	}
 	if c.MaxBodyBytes <= 0 {

@@ -40,9 +40,8 @@
 //     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400
 //     unknown_tier, whatever the value's length), else model_tiers[model], else "" (the
 //     default tier). A configured tier name over 255 bytes (affinity.MaxTierBytes) is
-//     not rejected at load; requests with a session ID on it get JSON 400
-//     tier_too_long from the Scheduler (the only way to that code), those without one
-//     are routed.
+//     refused when the configuration loads (ErrTierName), so tier_too_long, the
+//     mapping of affinity.ErrTierTooLong, is not reached with a valid configuration.
 //  5. The candidates are the backends of that tier; a tier without dedicated backends
 //     (for example "" when every backend has a tier, or a tier that only sets a TTL)
 //     uses all backends.

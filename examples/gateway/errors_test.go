@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -168,12 +169,12 @@ func TestCompressedJSONBodyIs415(t *testing.T) {
 }
 
 // When each tier error happens (README, doc.go): unknown_tier when the tier header names
-// a tier the config does not know, whatever its length; tier_too_long only for a
-// configured tier name over affinity.MaxTierBytes (255) on a request with a session
-// (the Scheduler stores the tier in the binding key); without a session it is routed.
+// a tier the config does not know, whatever its length. A configured tier name over
+// affinity.MaxTierBytes (255) is refused at load (TestParseConfigErrors), so
+// tier_too_long cannot come from a valid gateway config: a 255-byte tier routes and binds.
 func TestTierErrorCodes(t *testing.T) {
-	long := strings.Repeat("t", 300)
-	g, _ := testGateway(t, "model_tiers: {m: "+long+"}\n")
+	longest := strings.Repeat("t", affinity.MaxTierBytes)
+	g, _ := testGateway(t, "model_tiers: {m: "+longest+"}\n")
 	for _, tt := range []struct {
 		name, body string
 		headers    map[string]string
@@ -181,9 +182,10 @@ func TestTierErrorCodes(t *testing.T) {
 		code       string
 	}{
 		{"over-long unconfigured header value", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": strings.Repeat("u", 300)}, http.StatusBadRequest, "unknown_tier"},
-		{"configured long tier by model", `{"model":"m"}`, map[string]string{"X-Session-ID": "s"}, http.StatusBadRequest, "tier_too_long"},
-		{"configured long tier by header", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": long}, http.StatusBadRequest, "tier_too_long"},
-		{"configured long tier, no session", `{"model":"m"}`, nil, http.StatusOK, ""},
+		{"unconfigured header value one past the longest", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": longest + "t"}, http.StatusBadRequest, "unknown_tier"},
+		{"longest configured tier by model", `{"model":"m"}`, map[string]string{"X-Session-ID": "s"}, http.StatusOK, ""},
+		{"longest configured tier by header", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", "X-Agent-Serve-Tier": longest}, http.StatusOK, ""},
+		{"longest configured tier, no session", `{"model":"m"}`, nil, http.StatusOK, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := do(t, g, "/v1/chat/completions", tt.body, tt.headers)
