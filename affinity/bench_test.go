@@ -157,12 +157,7 @@ func BenchmarkHit(b *testing.B) {
 			bs := backends(b, n)
 			var opts []affinity.Option
 			if clock == "coarseclock" {
-				cc := affinity.NewCoarseClock(10 * time.Millisecond)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				go func() { defer close(done); _ = cc.Run(ctx) }()
-				b.Cleanup(func() { cancel(); <-done })
-				opts = append(opts, affinity.WithClock(cc))
+				opts = append(opts, affinity.WithClock(runCoarseClock(b)))
 			}
 			s := newBenchScheduler(b, affinity.Config{}, opts...)
 			for _, id := range ids {
@@ -188,17 +183,24 @@ func BenchmarkHit(b *testing.B) {
 	}
 }
 
+// runCoarseClock starts a CoarseClock ticking every 10 ms for the rest of benchmark b
+// (stopped by b.Cleanup).
+func runCoarseClock(b *testing.B) *affinity.CoarseClock {
+	cc := affinity.NewCoarseClock(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = cc.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return cc
+}
+
 // BenchmarkHitTierOverrides: the serial hit of BenchmarkHit (CoarseClock, 8 candidates)
 // on a tier with its own TTL, under a Config without ("none") and with ("overrides") tier
 // TTL overrides, which a miss looks the tier up in and a hit does not.
 func BenchmarkHitTierOverrides(b *testing.B) {
 	ids := benchSessionIDs(benchSessions)
 	bs := backends(b, 8)
-	cc := affinity.NewCoarseClock(10 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = cc.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	cc := runCoarseClock(b)
 	for _, name := range []string{"none", "overrides"} {
 		var cfg affinity.Config
 		if name == "overrides" {
@@ -234,11 +236,7 @@ func BenchmarkHitTierOverrides(b *testing.B) {
 func BenchmarkHitPartitioned(b *testing.B) {
 	ids := benchSessionIDs(benchSessions)
 	bs := backends(b, 8)
-	cc := affinity.NewCoarseClock(10 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = cc.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	cc := runCoarseClock(b)
 	s := newBenchScheduler(b, affinity.Config{}, affinity.WithClock(cc))
 	var half [2][]string
 	for _, id := range ids {
@@ -274,11 +272,7 @@ func BenchmarkHitPartitioned(b *testing.B) {
 func BenchmarkHitOneDrained(b *testing.B) {
 	ids := benchSessionIDs(benchSessions)
 	bs := backends(b, 8)
-	cc := affinity.NewCoarseClock(10 * time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = cc.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
+	cc := runCoarseClock(b)
 	s := newBenchScheduler(b, affinity.Config{}, affinity.WithClock(cc))
 	for _, id := range ids {
 		if _, _, err := s.SelectBackend(id, "", bs); err != nil {

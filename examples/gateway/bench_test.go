@@ -58,15 +58,24 @@ func BenchmarkServeHTTP(b *testing.B) {
 	defer g.Close()
 	reqBody := []byte(`{"model":"m","max_tokens":4,"messages":[{"role":"system","content":"` +
 		string(bytes.Repeat([]byte("You are a careful coding agent. "), 100)) + `"},{"role":"user","content":"run the tests"}]}`)
+	b.SetBytes(int64(len(reqBody) + len(resp)))
+	serveLoop(b, g, reqBody, "")
+}
+
+// serveLoop posts reqBody as session-1's chat completion to g on every iteration of b
+// (allocations reported); with wantBackend set, each response must name that backend.
+func serveLoop(b *testing.B, g *gateway.Gateway, reqBody []byte, wantBackend string) {
 	w := &discardWriter{h: http.Header{}}
 	b.ReportAllocs()
-	b.SetBytes(int64(len(reqBody) + len(resp)))
 	for b.Loop() {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(reqBody))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Session-ID", "session-1")
 		clear(w.h)
 		g.ServeHTTP(w, req)
+		if got := w.h.Get(gateway.HeaderBackend); wantBackend != "" && got != wantBackend {
+			b.Fatalf("backend header %q", got)
+		}
 	}
 }
 
@@ -97,18 +106,7 @@ func BenchmarkServeHTTPLoopback(b *testing.B) {
 	}
 	defer g.Close()
 	reqBody := []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"ping"}]}`)
-	w := &discardWriter{h: http.Header{}}
-	b.ReportAllocs()
-	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(reqBody))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Session-ID", "session-1")
-		clear(w.h)
-		g.ServeHTTP(w, req)
-		if got := w.h.Get(gateway.HeaderBackend); got != "b0" {
-			b.Fatalf("backend header %q", got)
-		}
-	}
+	serveLoop(b, g, reqBody, "b0")
 }
 
 // cannedHTTP answers every HTTP/1.1 request on ln's connections with answer (requests
