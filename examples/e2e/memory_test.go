@@ -181,8 +181,8 @@ func TestSlowAnnouncedBodiesDoNotExhaustBudget(t *testing.T) {
 		}, 10*time.Second, time.Millisecond, "slow client %d is being read", i)
 	}
 	reqs, bytes := c.gw.InFlight()
-	t.Logf("%d slow clients in flight hold %d KiB of the %d MiB budget", reqs, bytes>>10, budget>>20)
-	assert.EqualValues(t, slow, reqs, "every slow client is in flight, none refused")
+	t.Logf("%d slow clients in flight hold %d KiB of the %d MiB budget (%d requests counted)", slow, bytes>>10, budget>>20, reqs)
+	assert.Zero(t, reqs, "uploads still arriving hold no max_inflight_requests slot (inflight_test.go)")
 	assert.LessOrEqual(t, bytes, int64(slow*64<<10), "each holds at most one 64 KiB chunk")
 
 	r := c.chat("normal", []msg{{Role: "user", Content: "hello"}})

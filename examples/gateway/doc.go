@@ -152,7 +152,14 @@
 //
 // Request bodies and buffered responses are charged to limits.max_inflight_bytes, and
 // proxied requests to limits.max_inflight_requests; beyond either the client gets a
-// JSON 503 "overloaded" with Retry-After. Downstream, [Gateway.HTTPServer] sets
+// JSON 503 "overloaded" with Retry-After.
+//
+// Decision: a request counts toward limits.max_inflight_requests once its body has been
+// read in full (a request without a body: on arrival), not while it uploads. Counted on
+// arrival, 1,025 clients announcing 8 MiB and sending a few bytes held every slot for
+// read_body_seconds and everyone else got the 503; slow uploads are bounded instead by
+// limits.max_connections, read_body_seconds and the byte budget. The price: a client may
+// upload a whole body and then be refused with the 503 when the slots are full. Downstream, [Gateway.HTTPServer] sets
 // ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes; the body read has its own deadline
 // (read_body_seconds, then JSON 408). See [TimeoutsConfig] and [LimitsConfig].
 //

@@ -18,8 +18,9 @@ import (
 // is made; a non-streaming JSON response buffered for the x_agent_serve object, before
 // it is read, by twice its length, or 2 x 16 MiB when unknown); a request that does not
 // fit gets a JSON 503 "overloaded" with Retry-After, a response that does not fit passes through unbuffered (without the
-// x_agent_serve object). max_inflight_requests bounds the rest, which is per request and
-// small (goroutines, bufio and copy buffers: tens of KiB each). Add the binding table
+// x_agent_serve object). max_inflight_requests (requests whose body is in) and
+// max_connections (every client connection, uploading or not) bound the rest, which is
+// per request and small (goroutines, bufio and copy buffers: tens of KiB each). Add the binding table
 // (affinity.max_bindings, about 200 bytes a binding) for the whole. That bounds the live
 // heap; the Go collector lets the heap grow to about twice the live heap (GOGC=100), so
 // set GOMEMLIMIT a little above the bound to hold the process near it.
@@ -28,7 +29,11 @@ type LimitsConfig struct {
 	// once (default 256 MiB). Must be >= max_body_bytes.
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
 	// MaxInflightRequests bounds the proxied requests served at once (default 1024);
-	// more get a JSON 503 "overloaded" with Retry-After.
+	// more get a JSON 503 "overloaded" with Retry-After. A request counts from when its
+	// body has been read in full (a request without a body: on arrival) until its
+	// response is done; an upload still arriving does not count, so slow uploads cannot
+	// hold every slot: they are bounded by MaxConnections, timeouts.read_body_seconds
+	// and MaxInflightBytes instead.
 	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
 	// RetryAfterSeconds is the Retry-After value of those 503s, whole seconds (default 1).
 	RetryAfterSeconds int `yaml:"retry_after_seconds"`
@@ -99,8 +104,10 @@ func take(c *atomic.Int64, n, limit int64) bool {
 	return true
 }
 
-// InFlight returns the proxied requests and the reserved bytes in flight now (request
-// bodies and buffered responses, see [LimitsConfig]). Safe for concurrent use.
+// InFlight returns the proxied requests (counted once their body is read, see
+// [LimitsConfig.MaxInflightRequests]) and the reserved bytes in flight now (request
+// bodies, including those still arriving, and buffered responses, see [LimitsConfig]).
+// Safe for concurrent use.
 func (g *Gateway) InFlight() (requests, bytes int64) {
 	return g.limits.reqs.Load(), g.limits.bytes.Load()
 }

@@ -40,11 +40,6 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// client keeps its last request's context); the client's writer must not.
 		w.ResponseWriter = nil
 	}()
-	if !take(&g.limits.reqs, 1, rt.cfg.Limits.MaxInflightRequests) {
-		g.overloaded(w, rt, "requests in flight exceed limits.max_inflight_requests")
-		return
-	}
-	defer g.limits.reqs.Add(-1)
 	defer func() {
 		st.releaseBody()
 		g.unreserve(st, st.reserved.Load())
@@ -54,6 +49,14 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Counted once its body is in (a request without one: at once), not while it
+	// uploads: slow uploads are bounded by max_connections, read_body_seconds and
+	// max_inflight_bytes, and must not hold the slots of requests ready to be routed.
+	if !take(&g.limits.reqs, 1, rt.cfg.Limits.MaxInflightRequests) {
+		g.overloaded(w, rt, "requests in flight exceed limits.max_inflight_requests")
+		return
+	}
+	defer g.limits.reqs.Add(-1)
 
 	model, err := parseModel(r, body)
 	if err != nil {
