@@ -50,7 +50,9 @@ var ErrRequest = errors.New("gateway: bad request")
 // would — session and parent headers, tier, tenant scope and cache_salt, the
 // Scheduler's decision — without proxying it. r.Body is not read. allow, when not nil,
 // restricts the candidates to the backends for which allow(id) is true (an empty
-// subset is a 503, affinity.ErrNoCandidates).
+// subset is a 503, affinity.ErrNoCandidates). With tenant.cache_salt the salted body
+// (Decision.Body) is a new slice one copy of body long, not charged to
+// limits.max_inflight_bytes: Decide holds no budget, the caller holds the body.
 //
 // Errors are *[RequestError]: 415 unsupported_content_encoding for a JSON body sent with
 // a Content-Encoding other than identity, 400 for a malformed JSON body, an unknown tier, a session
@@ -73,7 +75,7 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
 			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", err}
 		}
-		if body, err = rt.saltBody(r, body, tenant); err != nil {
+		if body, err = rt.saltBody(r, body, tenant, nil); err != nil {
 			return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
 		}
 	}

@@ -80,7 +80,12 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "session_id_too_long", err.Error())
 			return
 		}
-		if body, err = rt.saltBody(r, body, tenant); err != nil {
+		// The salted copy is charged like the body (released with the request).
+		if body, err = rt.saltBody(r, body, tenant, func(n int64) bool { return g.reserve(st, n) }); err != nil {
+			if errors.Is(err, errOverBudget) {
+				g.overloaded(w, rt, "request bytes in flight exceed limits.max_inflight_bytes")
+				return
+			}
 			writeError(w, http.StatusBadRequest, "invalid_json", err.Error())
 			return
 		}

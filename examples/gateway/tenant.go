@@ -5,7 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"net/http"
@@ -134,16 +134,20 @@ func (rt *routing) tenantOf(r *http.Request) string {
 
 // saltBody returns body with vLLM's cache_salt derived from tenant when tenant.cache_salt
 // is on and r is a POST with a JSON object body to a completions endpoint; otherwise body
-// unchanged.
-func (rt *routing) saltBody(r *http.Request, body []byte, tenant string) ([]byte, error) {
+// unchanged. The salted copy is charged to charge before it is allocated (nil: not
+// charged); a refusal is errOverBudget.
+func (rt *routing) saltBody(r *http.Request, body []byte, tenant string, charge func(n int64) bool) ([]byte, error) {
 	if !rt.cfg.Tenant.CacheSalt || r.Method != http.MethodPost || !isSaltEndpoint(r.URL.Path) {
 		return body, nil
 	}
 	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
 		return body, nil // not a JSON object: parseModel let it through (e.g. multipart)
 	}
-	out, err := withCacheSalt(body, rt.tenants.salt(tenant))
-	if err != nil {
+	out, err := withCacheSalt(body, rt.tenants.salt(tenant), charge)
+	switch {
+	case errors.Is(err, errOverBudget):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("malformed JSON request body: %v", err)
 	}
 	return out, nil
@@ -198,23 +202,123 @@ func isSaltEndpoint(path string) bool {
 	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions")
 }
 
-// withCacheSalt returns body with the top-level "cache_salt" set to salt (any client
-// value replaced, duplicate keys collapsed). body must be a JSON object (parseModel has
-// checked it); keys are re-encoded in sorted order, values byte for byte.
-func withCacheSalt(body []byte, salt string) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return nil, err
+// withCacheSalt returns body with the top-level "cache_salt" set to salt: every
+// top-level member whose key, unescaped, is "cache_salt" (duplicates included) is cut out
+// with its separating comma, and `"cache_salt":<salt as a JSON string>` is inserted first
+// after the '{'. Every other byte is copied untouched (keys with invalid UTF-8 or lone
+// surrogate escapes, number spellings, whitespace); nested "cache_salt" keys are not
+// members of the top level and stay. The result is one allocation of exactly its length
+// (saltedLen), made only after charge (nil: not charged) accepted it; charge refusing is
+// errOverBudget. body must be valid JSON whose top-level value is an object, else an
+// error. Cost: two passes over body (validation and the member walk; strings skipped
+// eight bytes at a time) and one copy.
+func withCacheSalt(body []byte, salt string, charge func(n int64) bool) ([]byte, error) {
+	top, obj, _ := scanJSON(body)
+	if !obj {
+		return nil, errors.New("not a JSON object")
 	}
-	v, _ := json.Marshal(salt)
-	obj[CacheSaltField] = v
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
-		return nil, err
+	var small [4]span
+	cuts, kept := saltCuts(body, top.open, small[:0])
+	head := appendJSONString(append(make([]byte, 0, 48), `"`+CacheSaltField+`":`...), salt)
+	if kept {
+		head = append(head, ',') // other members follow
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	n := len(body) + len(head)
+	for _, c := range cuts {
+		n -= c.end - c.start
+	}
+	if charge != nil && !charge(int64(n)) {
+		return nil, errOverBudget
+	}
+	out := make([]byte, 0, n)
+	out = append(append(out, body[:top.open+1]...), head...)
+	at := top.open + 1
+	for _, c := range cuts {
+		out = append(out, body[at:c.start]...)
+		at = c.end
+	}
+	return append(out, body[at:]...), nil
+}
+
+// span is the byte range [start, end) of a body.
+type span struct{ start, end int }
+
+// saltCuts returns the byte ranges to cut from the valid JSON object at body[open] ==
+// '{' so that no top-level "cache_salt" member is left and the rest stays a valid member
+// list, in increasing order, appended to cuts; kept reports whether any other member
+// remains. A cut member that another member follows is cut up to that member's key
+// (its value, whitespace and comma); the run of cut members after the last kept one is
+// cut from the end of the kept member's value (the comma before them) — or, when no
+// member is kept, from the first member's key — to the end of the last value.
+func saltCuts(body []byte, open int, cuts []span) (_ []span, kept bool) {
+	lastKeptEnd, firstKey := -1, -1
+	prevCut := false // the previous member is cut, its span not yet closed
+	i := skipWS(body, open+1)
+	for i < len(body) && body[i] == '"' {
+		keyStart := i
+		if firstKey < 0 {
+			firstKey = i
+		}
+		if prevCut {
+			cuts[len(cuts)-1].end = keyStart
+			prevCut = false
+		}
+		end, _ := scanString(body, i)
+		raw := body[i+1 : end-1]
+		i = skipWS(body, end)
+		i = skipWS(body, i+1) // past ':'
+		vend := skipJSONValue(body, i)
+		if keyIs(raw, CacheSaltField) {
+			cuts = append(cuts, span{keyStart, vend})
+			prevCut = true
+		} else {
+			lastKeptEnd = vend
+		}
+		i = skipWS(body, vend)
+		if i < len(body) && body[i] == ',' {
+			i = skipWS(body, i+1)
+		}
+	}
+	if !prevCut {
+		return cuts, lastKeptEnd >= 0
+	}
+	// The last member is cut: merge the trailing run of cut members into one cut that
+	// also takes the comma before it.
+	from := firstKey
+	if lastKeptEnd >= 0 {
+		from = lastKeptEnd
+	}
+	end := cuts[len(cuts)-1].end
+	for len(cuts) > 0 && cuts[len(cuts)-1].start >= from {
+		cuts = cuts[:len(cuts)-1]
+	}
+	return append(cuts, span{from, end}), lastKeptEnd >= 0
+}
+
+// skipJSONValue returns the index just past the JSON value starting at b[i]; b must be
+// valid JSON. Like skipValue, with strings skipped eight bytes at a time (scanString).
+func skipJSONValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		end, _ := scanString(b, i)
+		return end
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i, _ = scanString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	return skipValue(b, i)
 }

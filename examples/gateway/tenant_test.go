@@ -222,3 +222,30 @@ func TestReloadTenantKeepsSessionLimit(t *testing.T) {
 	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": max})
 	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }
+
+// The salted copy of the body is charged to limits.max_inflight_bytes like the body: a
+// body that fits the budget alone but not twice gets the usual 503 overloaded with
+// cache_salt on, and the budget is whole again afterwards.
+func TestCacheSaltChargedToBudget(t *testing.T) {
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 600<<10) + `"}]}`
+	limits := "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 1048576}\n"
+	hdr := map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "s"}
+
+	g, _ := testGateway(t, limits+"tenant: {api_key: true}\n")
+	rec := do(t, g, chat, body, hdr)
+	assert.Equal(t, http.StatusOK, rec.Code, "without cache_salt the body alone fits")
+
+	g, seen := testGateway(t, limits+"tenant: {api_key: true, cache_salt: true}\n")
+	rec = do(t, g, chat, body, hdr)
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), `"overloaded"`)
+	assert.NotEmpty(t, rec.Header().Get("Retry-After"))
+	assert.Empty(t, seen.bodies, "nothing reached a backend")
+	reqs, bytes := g.InFlight()
+	assert.Zero(t, reqs+bytes, "the charges are released with the request")
+
+	rec = do(t, g, chat, `{"model":"m","cache_salt":"mine"}`, hdr)
+	require.Equal(t, http.StatusOK, rec.Code)
+	reqs, bytes = g.InFlight()
+	assert.Zero(t, reqs+bytes)
+}
