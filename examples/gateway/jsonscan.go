@@ -21,7 +21,7 @@ const maxJSONDepth = 10000
 // topMembers is what scanJSON found at the top level of a JSON object: the raw value of
 // the last "model" and "usage" member (nil when absent) and whether an "x_agent_serve"
 // member exists. Keys are compared after unescaping (like member). The last of
-// duplicate keys wins, as in encoding/json (json.Unmarshal, the cache_salt rewrite) and
+// duplicate keys wins, as in encoding/json (json.Unmarshal) and
 // Python's json (vLLM): a body {"model":"x","model":"big"} is routed as "big", the model
 // the backend serves.
 type topMembers struct {
