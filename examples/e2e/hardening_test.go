@@ -376,21 +376,7 @@ func goroutines() int { return runtime.NumGoroutine() }
 
 // Point 5: the in-flight request cap answers 503 with Retry-After.
 func TestInflightRequestLimit(t *testing.T) {
-	release := make(chan struct{})
-	entered := make(chan struct{}, 4)
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			return
-		}
-		entered <- struct{}{}
-		<-release
-	}))
-	t.Cleanup(slow.Close)
-	c := &cluster{t: t, backends: map[string]*backendServer{}, recheck: make(chan time.Time)}
-	c.start(gateway.Config{
-		Backends: []gateway.BackendConfig{{ID: "slow", URL: slow.URL}},
-		Limits:   gateway.LimitsConfig{MaxInflightRequests: 2, RetryAfterSeconds: 3},
-	})
+	c, entered, unblock := heldCluster(t, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
 		wg.Go(func() { c.chat(fmt.Sprintf("held-%d", i), []msg{{Role: "user", Content: "x"}}) })
@@ -398,7 +384,7 @@ func TestInflightRequestLimit(t *testing.T) {
 	<-entered
 	<-entered
 	r := c.chat("third", []msg{{Role: "user", Content: "x"}})
-	close(release)
+	unblock()
 	wg.Wait()
 	assert.Equal(t, http.StatusServiceUnavailable, r.status)
 	assert.Equal(t, "3", r.header.Get("Retry-After"))

@@ -71,25 +71,9 @@ func TestSlowUploadsDoNotHoldRequestSlots(t *testing.T) {
 // upload still arriving is not refused for it. Every slot is returned once.
 func TestInflightLimitCountsRequestsOnceBodyIsRead(t *testing.T) {
 	const limit = 2
-	release := make(chan struct{})
-	entered := make(chan struct{}, limit+2)
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" {
-			return // /health, /v1/models: answered at once
-		}
-		entered <- struct{}{}
-		<-release
-	}))
-	t.Cleanup(slow.Close)
-	c := &cluster{t: t, backends: map[string]*backendServer{}, recheck: make(chan time.Time)}
-	c.start(gateway.Config{
-		Backends: []gateway.BackendConfig{{ID: "slow", URL: slow.URL}},
-		Health:   gateway.HealthConfig{Enabled: new(false)},
-		Limits:   gateway.LimitsConfig{MaxInflightRequests: limit, RetryAfterSeconds: 3},
-	})
+	c, entered, unblock := heldCluster(t, limit)
 
 	var wg sync.WaitGroup
-	unblock := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(func() { unblock(); wg.Wait() }) // before the cluster's: a failed check must not hang Close
 	held := make([]int, limit)
 	for i := range limit {
@@ -141,4 +125,30 @@ func TestInflightLimitCountsRequestsOnceBodyIsRead(t *testing.T) {
 	reqs, bytes := c.gw.InFlight()
 	assert.Zero(t, reqs)
 	assert.Zero(t, bytes)
+}
+
+// heldCluster starts a gateway with limits.max_inflight_requests = limit (Retry-After 3,
+// active health checks off) in front of one backend that holds every chat completion
+// until unblock is called (also at cleanup, before the gateway closes); entered gets a
+// value for each chat that reached the backend. Other paths are answered at once.
+func heldCluster(t *testing.T, limit int64) (c *cluster, entered <-chan struct{}, unblock func()) {
+	release := make(chan struct{})
+	in := make(chan struct{}, limit+2)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			return // /health, /v1/models
+		}
+		in <- struct{}{}
+		<-release
+	}))
+	t.Cleanup(slow.Close)
+	c = &cluster{t: t, backends: map[string]*backendServer{}, recheck: make(chan time.Time)}
+	c.start(gateway.Config{
+		Backends: []gateway.BackendConfig{{ID: "slow", URL: slow.URL}},
+		Health:   gateway.HealthConfig{Enabled: new(false)},
+		Limits:   gateway.LimitsConfig{MaxInflightRequests: limit, RetryAfterSeconds: 3},
+	})
+	unblock = sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+	return c, in, unblock
 }
