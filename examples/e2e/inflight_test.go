@@ -152,3 +152,57 @@ func heldCluster(t *testing.T, limit int64) (c *cluster, entered <-chan struct{}
 	t.Cleanup(unblock)
 	return c, in, unblock
 }
+
+// With tenant.cache_salt the salted copy of a request body is charged to
+// limits.max_inflight_bytes beside the body. With a budget of 2 x max_body_bytes + 64 (the
+// least the configuration accepts) and max_body_bytes of it held by an upload still
+// arriving, a 600 KiB salted request, whose body fits but whose copy does not, gets the
+// JSON 503 overloaded and reaches no backend; the same body without an API key (not
+// salted) is served; once the upload is gone the salted request is served too.
+func TestCacheSaltCopyChargedToBudget(t *testing.T) {
+	const maxBody = 1 << 20
+	c := newCluster(t, 1, func(cfg *gateway.Config) {
+		cfg.MaxBodyBytes = maxBody
+		cfg.Limits.MaxInflightBytes = 2*maxBody + 64
+		cfg.Tenant = gateway.TenantConfig{APIKey: true, CacheSalt: true}
+		cfg.Health.Enabled = new(false)
+	})
+	hold := startSlowUpload(t, c, "hold", maxBody, strings.Repeat("x", maxBody-1))
+	require.Eventually(t, func() bool {
+		_, bytes := c.gw.InFlight()
+		return bytes >= maxBody
+	}, 5*time.Second, time.Millisecond, "the upload's buffer has grown to its announced length")
+
+	body := `{"model":"fake-model","messages":[{"role":"user","content":"` + strings.Repeat("y", 600<<10) + `"}]}`
+	post := func(apiKey string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, c.url+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Session-ID", "salted")
+		if apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+		}
+		resp, err := c.client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, data
+	}
+	status, data := post("key-1")
+	require.Equal(t, http.StatusServiceUnavailable, status, "%s", data)
+	code, msg := errorCode(t, data)
+	assert.Equal(t, "overloaded", code)
+	assert.Contains(t, msg, "limits.max_inflight_bytes")
+	status, data = post("")
+	assert.Equal(t, http.StatusOK, status, "not salted: the body alone fits: %s", data)
+
+	require.NoError(t, hold.Close())
+	require.Eventually(t, func() bool {
+		reqs, bytes := c.gw.InFlight()
+		return reqs == 0 && bytes == 0
+	}, 5*time.Second, time.Millisecond, "the upload's charge is released when its client leaves")
+	status, data = post("key-1")
+	assert.Equal(t, http.StatusOK, status, "%s", data)
+}

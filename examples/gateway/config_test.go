@@ -109,6 +109,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad parent session header", "parent_session_headers: [X-Parent, 'bad header']\n" + minimal, gateway.ErrHeaderName, []string{`parent_session_headers[1]: "bad header"`, "not a valid HTTP header name", "RFC 9110 token"}},
 		{"bad tenant header", "tenant: {header: 'x/y'}\n" + minimal, gateway.ErrHeaderName, []string{`tenant.header: "x/y"`, "not a valid HTTP header name", "RFC 9110 token"}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
+		{"budget without room for the salted copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "tenant.cache_salt"}},
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},
 		{"backend tier too long", "backends: [{id: a, url: 'http://127.0.0.1:1', tier: " + strings.Repeat("t", 256) + "}]\n", gateway.ErrTierName, []string{"backends[0].tier", `"a"`, "256 bytes (max 255)"}},
 		{"health path", "health: {path: health}\n" + minimal, gateway.ErrHealthConfig, []string{"health.path", "health"}},

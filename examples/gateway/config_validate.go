@@ -190,10 +190,31 @@ func (c Config) Validate() error {
 	if bc := c.BackendClient; !isDirect(bc) && !strings.EqualFold(bc, BackendClientNetHTTP) {
 		return invalid(ErrBackendClient, "backend_client: %q: want %q or %q", bc, BackendClientDirect, BackendClientNetHTTP)
 	}
-	if err := c.Limits.validate(c.MaxBodyBytes); err != nil {
+	if err := c.Limits.validate(c.minInflightBytes()); err != nil {
 		return err
 	}
 	return c.validateStore()
+}
+
+// saltedExtra bounds what the cache_salt splice adds to a body: the member
+// "cache_salt":"<22-character salt>", (38 bytes), rounded up.
+const saltedExtra = 64
+
+// minInflightBytes is the smallest limits.max_inflight_bytes with which a request of
+// max_body_bytes fits an idle gateway, and what it is made of: the body, and with
+// tenant.cache_salt also the salted copy the request holds beside it (decision: such a
+// configuration is refused at load, where a request that can never fit would get 503
+// overloaded with Retry-After for ever).
+func (c Config) minInflightBytes() (int64, string) {
+	n := c.MaxBodyBytes
+	if !c.Tenant.CacheSalt {
+		return n, fmt.Sprintf("max_body_bytes (%d)", n)
+	}
+	need := int64(math.MaxInt64)
+	if n <= (math.MaxInt64-saltedExtra)/2 {
+		need = 2*n + saltedExtra
+	}
+	return need, fmt.Sprintf("2 x max_body_bytes + %d (%d) with tenant.cache_salt on: a salted request holds its body and the salted copy", saltedExtra, need)
 }
 
 func checkBackendURL(raw string) error {

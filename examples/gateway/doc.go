@@ -45,7 +45,11 @@
 //     length, charged to limits.max_inflight_bytes before it is made (a 503 overloaded
 //     when it does not fit) and released with the request: an 8 MiB request allocates
 //     25.1 MB with cache_salt against 16.7 MB without (the decode/re-encode took 57 MB,
-//     none of it charged; BenchmarkServeHTTPCacheSalt).
+//     none of it charged; BenchmarkServeHTTPCacheSalt). So with cache_salt on,
+//     limits.max_inflight_bytes must hold 2 x max_body_bytes + 64 (a body and its
+//     salted copy), checked at load: a request that could never fit would otherwise
+//     get 503 with Retry-After for ever. A body not read as JSON (multipart: the rule
+//     of step 3's model read) is not salted.
 //  4. The tier is the tier_header value (it must name a tier the config knows:
 //     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400
 //     unknown_tier, whatever the value's length), else model_tiers[model], else "" (the

@@ -75,9 +75,11 @@ func (l LimitsConfig) withDefaults() LimitsConfig {
 	return l
 }
 
-func (l LimitsConfig) validate(maxBody int64) error {
-	if l.MaxInflightBytes < maxBody {
-		return invalid(ErrLimitsConfig, "limits.max_inflight_bytes: %d: must be >= max_body_bytes (%d)", l.MaxInflightBytes, maxBody)
+// validate checks l; need is the smallest max_inflight_bytes that lets one request of
+// max_body_bytes through, and why says what it is made of (see Config.minInflightBytes).
+func (l LimitsConfig) validate(need int64, why string) error {
+	if l.MaxInflightBytes < need {
+		return invalid(ErrLimitsConfig, "limits.max_inflight_bytes: %d: must be >= %s", l.MaxInflightBytes, why)
 	}
 	if l.MaxInflightBytes < 0 || l.MaxInflightRequests < 0 || l.RetryAfterSeconds < 0 || l.MaxHeaderBytes < 0 || l.MaxConnections < 0 {
 		return invalid(ErrLimitsConfig, "limits: max_inflight_bytes %d, max_inflight_requests %d, retry_after_seconds %d, max_header_bytes %d, max_connections %d: must be > 0",

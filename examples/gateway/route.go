@@ -290,22 +290,29 @@ func (rt *routing) tier(r *http.Request, model string) (string, error) {
 	return rt.cfg.ModelTiers[model], nil
 }
 
+// jsonBody reports whether the body of r is read as a JSON object (parseModel's rule,
+// which the cache_salt rewrite follows): a POST whose Content-Type is JSON, or whose path
+// is a JSON endpoint and whose Content-Type is not multipart, or which has a body or a
+// JSON endpoint and no Content-Type.
+func jsonBody(r *http.Request, body []byte) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, err := mediaType(ct)
+		isJSON := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+		return isJSON || !strings.HasPrefix(mt, "multipart/") && isJSONEndpoint(r.URL.Path)
+	}
+	return len(body) > 0 || isJSONEndpoint(r.URL.Path) // not a bodiless POST that claims no type
+}
+
 // parseModel extracts the "model" of a JSON request body. The body of a POST request
 // must be a JSON object (an empty body is not one) when its Content-Type is JSON, or
 // when its path is a JSON endpoint (isJSONEndpoint) and it is not multipart, or when its
 // Content-Type is absent and it has a body; other requests are not inspected.
 func parseModel(r *http.Request, body []byte) (string, error) {
-	if r.Method != http.MethodPost {
+	if !jsonBody(r, body) {
 		return "", nil
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, err := mediaType(ct)
-		isJSON := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-		if !isJSON && (strings.HasPrefix(mt, "multipart/") || !isJSONEndpoint(r.URL.Path)) {
-			return "", nil
-		}
-	} else if len(body) == 0 && !isJSONEndpoint(r.URL.Path) {
-		return "", nil // a bodiless POST that claims no type
 	}
 	if ce := contentCoding(r.Header); ce != "" {
 		return "", &contentEncodingError{encoding: ce}

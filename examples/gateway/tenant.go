@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -140,8 +139,8 @@ func (rt *routing) saltBody(r *http.Request, body []byte, tenant string, charge 
 	if !rt.cfg.Tenant.CacheSalt || r.Method != http.MethodPost || !isSaltEndpoint(r.URL.Path) {
 		return body, nil
 	}
-	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
-		return body, nil // not a JSON object: parseModel let it through (e.g. multipart)
+	if !jsonBody(r, body) {
+		return body, nil // not read as JSON (multipart, say): parseModel let it through
 	}
 	out, err := withCacheSalt(body, rt.tenants.salt(tenant), charge)
 	switch {
