@@ -82,8 +82,13 @@ func TestInflightLimitCountsRequestsOnceBodyIsRead(t *testing.T) {
 	for range limit {
 		<-entered
 	}
-	reqs, _ := c.gw.InFlight()
+	reqs, bytes := c.gw.InFlight()
 	require.EqualValues(t, limit, reqs)
+	// /metrics is served outside the limit and shows the same figures.
+	mf := c.metrics()
+	assert.EqualValues(t, limit, gauge(mf, gateway.MetricInflightRequests, nil), "the in-flight gauge while the limit is full")
+	assert.EqualValues(t, bytes, gauge(mf, gateway.MetricInflightBytes, nil), "the reserved bytes (the held requests' bodies)")
+	assert.Positive(t, bytes)
 
 	overloaded := func(what string, status int, header http.Header, body []byte) {
 		t.Helper()
@@ -122,9 +127,12 @@ func TestInflightLimitCountsRequestsOnceBodyIsRead(t *testing.T) {
 		reqs, bytes := c.gw.InFlight()
 		return reqs == 0 && bytes == 0
 	}, 5*time.Second, time.Millisecond, "every request slot and byte returned exactly once")
-	reqs, bytes := c.gw.InFlight()
+	reqs, bytes = c.gw.InFlight()
 	assert.Zero(t, reqs)
 	assert.Zero(t, bytes)
+	mf = c.metrics()
+	assert.Zero(t, gauge(mf, gateway.MetricInflightRequests, nil), "the in-flight gauge back to 0")
+	assert.Zero(t, gauge(mf, gateway.MetricInflightBytes, nil))
 }
 
 // heldCluster starts a gateway with limits.max_inflight_requests = limit (Retry-After 3,

@@ -196,8 +196,10 @@
 // series of the metrics/prometheus adapter, the per-backend [MetricBackendUp],
 // [MetricBackendState] and [MetricBackendEjections] (label backend: configured backends
 // only), the per-backend outstanding load ([MetricOutstandingRequests],
-// [MetricOutstandingCost], same label), [MetricRequests] by code_class and source, and
-// the Go and process collectors.
+// [MetricOutstandingCost], same label), [MetricRequests] by code_class and source, the
+// gateway's own in-flight figures against limits.max_inflight_* ([MetricInflightRequests],
+// [MetricInflightBytes], no labels: what [Gateway.InFlight] returns), and the Go and
+// process collectors.
 // With `metrics: {exporter: otel}` the affinity counters are recorded by the
 // metrics/otel adapter on an OpenTelemetry SDK MeterProvider whose only reader is the
 // OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):

@@ -23,6 +23,14 @@ const (
 	MetricBackendState = "agentserve_backend_state"
 	// MetricBackendEjections counts outlier-detection ejections; label backend.
 	MetricBackendEjections = "agentserve_backend_ejections_total"
+	// MetricInflightRequests is the proxied requests in flight now, as
+	// limits.max_inflight_requests counts them (once their body is read): see
+	// [Gateway.InFlight]. No labels.
+	MetricInflightRequests = "agentserve_gateway_inflight_requests"
+	// MetricInflightBytes is the bytes reserved now against limits.max_inflight_bytes
+	// (request bodies, also those still arriving, salted copies and buffered responses):
+	// see [Gateway.InFlight]. No labels.
+	MetricInflightBytes = "agentserve_gateway_inflight_bytes"
 )
 
 // backendStates are the values of the state label of MetricBackendState.
@@ -43,6 +51,21 @@ func (g *Gateway) registerGatewayMetrics() error {
 	g.outcomes.vec = g.requests
 	if err := g.reg.Register(g.requests); err != nil {
 		return err
+	}
+	inflight := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricInflightRequests,
+			Help: "Proxied requests in flight (counted once their body is read), against limits.max_inflight_requests.",
+		}, func() float64 { return float64(g.limits.reqs.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: MetricInflightBytes,
+			Help: "Bytes reserved against limits.max_inflight_bytes (request bodies as they arrive, salted copies, buffered responses).",
+		}, func() float64 { return float64(g.limits.bytes.Load()) }),
+	}
+	for _, c := range inflight {
+		if err := g.reg.Register(c); err != nil {
+			return err
+		}
 	}
 	return g.reg.Register(backendCollector{g})
 }
