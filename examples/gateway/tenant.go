@@ -196,8 +196,11 @@ func (rt *routing) scopeSession(tenant, session, parent string) (string, string,
 	return rt.tenants.scope(tenant, session), rt.tenants.scope(tenant, parent), nil
 }
 
-// isSaltEndpoint reports whether vLLM accepts cache_salt on this path.
+// isSaltEndpoint reports whether vLLM accepts cache_salt on this path. A trailing slash
+// is ignored, as needsSession ignores it: a tenant must not get unsalted (shared) prefix
+// caching by spelling the path /v1/chat/completions/.
 func isSaltEndpoint(path string) bool {
+	path = strings.TrimSuffix(path, "/")
 	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions")
 }
 

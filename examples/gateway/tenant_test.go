@@ -109,6 +109,8 @@ func TestCacheSaltInjection(t *testing.T) {
 	assert.Equal(t, saltA, got, "a client-sent salt is replaced; the same tenant gets the same salt")
 	assert.NotContains(t, body, "attacker-chosen")
 	assert.Contains(t, body, `"n":1.50`, "other values pass byte for byte")
+	got, _ = cacheSalt(t, send(chat+"/", chatBody, a))
+	assert.Equal(t, saltA, got, "a trailing slash is the same endpoint: salted alike")
 	saltB, _ := cacheSalt(t, send("/v1/completions", `{"model":"m","prompt":"x"}`, b))
 	assert.NotEqual(t, saltA, saltB, "tenants get different salts")
 	for _, salt := range []string{saltA, saltB} {
