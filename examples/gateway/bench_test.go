@@ -21,6 +21,22 @@ import (
 // cannedBackend answers every request in memory with a chat.completion-sized JSON body,
 // so the benchmark measures the gateway's own work per request (routing, headers, body
 // handling, metadata injection), not sockets.
+// cannedGateway returns a gateway of the YAML config whose backends all answer resp
+// (cannedBackend), closed when the benchmark ends.
+func cannedGateway(b *testing.B, yaml string, resp []byte) *gateway.Gateway {
+	b.Helper()
+	cfg, err := gateway.ParseConfig([]byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := gateway.New(cfg, gateway.WithTransport(cannedBackend{resp}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(g.Close)
+	return g
+}
+
 type cannedBackend struct{ body []byte }
 
 func (c cannedBackend) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -47,15 +63,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",` +
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"[fakevllm simulator] ok"},"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":812,"completion_tokens":4,"total_tokens":816,"prompt_tokens_details":{"cached_tokens":800}}}`)
-	cfg, err := gateway.ParseConfig([]byte("backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := gateway.New(cfg, gateway.WithTransport(cannedBackend{resp}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
+	g := cannedGateway(b, "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n", resp)
 	reqBody := []byte(`{"model":"m","max_tokens":4,"messages":[{"role":"system","content":"` +
 		string(bytes.Repeat([]byte("You are a careful coding agent. "), 100)) + `"},{"role":"user","content":"run the tests"}]}`)
 	b.SetBytes(int64(len(reqBody) + len(resp)))

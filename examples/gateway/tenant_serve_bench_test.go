@@ -2,11 +2,10 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
 // BenchmarkServeHTTPCacheSalt: one proxied 1 MiB chat request with tenant scoping, with
@@ -22,19 +21,7 @@ func BenchmarkServeHTTPCacheSalt(b *testing.B) {
 			name = "cache_salt=on"
 		}
 		b.Run(name, func(b *testing.B) {
-			yaml := "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\ntenant: {api_key: true, cache_salt: false}\n"
-			if salt {
-				yaml = "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\ntenant: {api_key: true, cache_salt: true}\n"
-			}
-			cfg, err := gateway.ParseConfig([]byte(yaml))
-			if err != nil {
-				b.Fatal(err)
-			}
-			g, err := gateway.New(cfg, gateway.WithTransport(cannedBackend{resp}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer g.Close()
+			g := cannedGateway(b, fmt.Sprintf("backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\ntenant: {api_key: true, cache_salt: %t}\n", salt), resp)
 			w := &discardWriter{h: http.Header{}}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(reqBody)))
