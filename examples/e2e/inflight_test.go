@@ -165,8 +165,9 @@ func heldCluster(t *testing.T, limit int64) (c *cluster, entered <-chan struct{}
 // limits.max_inflight_bytes beside the body. With a budget of 2 x max_body_bytes + 64 (the
 // least the configuration accepts) and max_body_bytes of it held by an upload still
 // arriving, a 600 KiB salted request, whose body fits but whose copy does not, gets the
-// JSON 503 overloaded and reaches no backend; the same body without an API key (not
-// salted) is served; once the upload is gone the salted request is served too.
+// JSON 503 overloaded and reaches no backend, with an API key or without one (the
+// anonymous tenant is salted too); the same body to an endpoint without a salt is
+// forwarded; once the upload is gone the salted request is served too.
 func TestCacheSaltCopyChargedToBudget(t *testing.T) {
 	const maxBody = 1 << 20
 	c := newCluster(t, 1, func(cfg *gateway.Config) {
@@ -182,9 +183,9 @@ func TestCacheSaltCopyChargedToBudget(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the upload's buffer has grown to its announced length")
 
 	body := `{"model":"fake-model","messages":[{"role":"user","content":"` + strings.Repeat("y", 600<<10) + `"}]}`
-	post := func(apiKey string) (int, []byte) {
+	post := func(path, apiKey string) (int, []byte) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, c.url+"/v1/chat/completions", strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Session-ID", "salted")
@@ -198,19 +199,26 @@ func TestCacheSaltCopyChargedToBudget(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, data
 	}
-	status, data := post("key-1")
-	require.Equal(t, http.StatusServiceUnavailable, status, "%s", data)
-	code, msg := errorCode(t, data)
-	assert.Equal(t, "overloaded", code)
-	assert.Contains(t, msg, "limits.max_inflight_bytes")
-	status, data = post("")
-	assert.Equal(t, http.StatusOK, status, "not salted: the body alone fits: %s", data)
+	const chat = "/v1/chat/completions"
+	for _, key := range []string{"key-1", ""} { // a tenant, and the anonymous tenant
+		status, data := post(chat, key)
+		require.Equal(t, http.StatusServiceUnavailable, status, "%s", data)
+		code, msg := errorCode(t, data)
+		assert.Equal(t, "overloaded", code)
+		assert.Contains(t, msg, "limits.max_inflight_bytes")
+	}
+	// The same body to an endpoint that takes no salt fits: the simulator's 404, not the
+	// gateway's 503.
+	status, data := post("/v1/embeddings", "key-1")
+	require.Equal(t, http.StatusNotFound, status, "not salted: the body alone fits: %s", data)
+	code, _ := errorCode(t, data)
+	assert.Equal(t, "not_found", code)
 
 	require.NoError(t, hold.Close())
 	require.Eventually(t, func() bool {
 		reqs, bytes := c.gw.InFlight()
 		return reqs == 0 && bytes == 0
 	}, 5*time.Second, time.Millisecond, "the upload's charge is released when its client leaves")
-	status, data = post("key-1")
+	status, data = post(chat, "key-1")
 	assert.Equal(t, http.StatusOK, status, "%s", data)
 }

@@ -29,8 +29,9 @@
 //  3. The session ID is the value of the first header of session_headers present on
 //     the request (see [DefaultSessionHeaders]; the order is the check order). The parent
 //     session ID is the first of parent_session_headers ([DefaultParentSessionHeaders]:
-//     X-Parent-Session-ID) present. With tenant scoping ([TenantConfig]) and a tenant
-//     identity on the request, both are prefixed with a keyed hash of the tenant
+//     X-Parent-Session-ID) present. With tenant scoping ([TenantConfig]) both are
+//     prefixed with a keyed hash of the request's tenant (a request without a tenant
+//     identity belongs to one anonymous tenant)
 //     ([TenantTagBytes] bytes; affinity.max_session_id_bytes bounds the ID the client
 //     sent, checked before the tag is added so an error never shows the tag, and the
 //     Scheduler's limit makes room for the tag), and with

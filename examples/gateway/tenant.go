@@ -27,6 +27,13 @@ const CacheSaltField = "cache_salt"
 // a keyed hash of that identity before it reaches the Scheduler, so two tenants sending
 // the same session ID get separate bindings. The raw identity (API key or header value)
 // is never stored, logged or exported; only the hash lives in the binding table.
+//
+// Decision: with a tenant source configured, a request that carries no tenant identity
+// (no tenant header, no API key) belongs to one anonymous tenant with a tag and salt of
+// its own. Unscoped, its session ID would share the key space of the tagged keys: a
+// client could send "t:<tag>:<session>" itself (the tag is computable without a
+// secret) and hit or refresh a tenant's binding, and it would be held to
+// max_session_id_bytes + [TenantTagBytes] instead of max_session_id_bytes.
 type TenantConfig struct {
 	// Header names a request header carrying the tenant ID (e.g. X-Tenant-ID set by an
 	// authenticating proxy in front of the gateway). When present and non-empty it wins
@@ -45,7 +52,9 @@ type TenantConfig struct {
 	// CacheSalt sets vLLM's per-request "cache_salt" in the JSON body of POST
 	// .../chat/completions and .../completions to a value derived from the tenant
 	// (replacing any salt the client sent), so prefix caches are not shared across
-	// tenants. Requires a tenant source. Requests without a tenant are not salted.
+	// tenants. Requires a tenant source. Requests without a tenant identity get the
+	// salt of the anonymous tenant (see [TenantConfig]), so a client cannot pick
+	// another tenant's salt either.
 	CacheSalt bool `yaml:"cache_salt"`
 }
 
@@ -70,8 +79,12 @@ func newTenants(cfg TenantConfig) *tenants {
 	return t
 }
 
+// anonymousTenant is the identity of requests that carry none: no header value or API
+// key identity equals it (they are prefixed "header\x00" and "apikey\x00").
+const anonymousTenant = "anonymous\x00"
+
 // identity returns the tenant identity of r (source-prefixed, so a header value and an
-// API key never collide) or "" when r carries none.
+// API key never collide) or anonymousTenant when r carries none.
 func (t *tenants) identity(r *http.Request) string {
 	if t.cfg.Header != "" {
 		if v := strings.TrimSpace(r.Header.Get(t.cfg.Header)); v != "" {
@@ -83,7 +96,7 @@ func (t *tenants) identity(r *http.Request) string {
 			return "apikey\x00" + key
 		}
 	}
-	return ""
+	return anonymousTenant
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" value ("" otherwise).
@@ -122,8 +135,9 @@ func (t *tenants) scope(id, session string) string {
 	return t.tag(id) + session
 }
 
-// tenantOf returns the request's tenant identity ("" when tenant scoping is off or the
-// request carries none). It holds the raw API key or header value: never log it.
+// tenantOf returns the request's tenant identity: "" when tenant scoping is off, the
+// anonymous tenant's when the request carries none. It holds the raw API key or header
+// value: never log it.
 func (rt *routing) tenantOf(r *http.Request) string {
 	if rt.tenants == nil {
 		return ""

@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -50,6 +53,53 @@ func TestTenantScopesBindings(t *testing.T) {
 	// The bearer scheme is case-insensitive.
 	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": "bearer " + keyA, "X-Session-ID": "shared-id"})
 	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit))
+}
+
+// unkeyedTag is the tenant tag of an API key without a secret (unkeyed SHA-256), as
+// anyone can compute it.
+func unkeyedTag(key string) string {
+	sum := sha256.Sum256([]byte("agentserve-tenant\x00binding\x00apikey\x00" + key))
+	return "t:" + base64.RawURLEncoding.EncodeToString(sum[:16]) + ":"
+}
+
+// A request without a tenant identity cannot reach a tenant's binding by sending the
+// tagged key itself (the tag is computable without a secret): it belongs to the
+// anonymous tenant, whose keys carry a tag of their own. It is also held to
+// max_session_id_bytes, not to the Scheduler's limit with room for the tag.
+func TestTenantAnonymousRequestsAreScoped(t *testing.T) {
+	t.Setenv(gateway.DefaultTenantSecretEnv, "") // unkeyed: the attacker's best case
+	g, _ := testGateway(t, "tenant: {api_key: true}\n")
+	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "a1"})
+	require.Equal(t, http.StatusOK, rec.Code)
+	_, ok := g.Scheduler().Lookup(unkeyedTag(keyA)+"a1", "")
+	require.True(t, ok, "the test computes A's tag as the gateway does")
+
+	forged := map[string]string{"X-Session-ID": unkeyedTag(keyA) + "a1"}
+	for range 2 { // the second turn is the anonymous tenant's own hit
+		rec = do(t, g, chat, chatBody, forged)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit))
+	assert.Equal(t, 2, g.Scheduler().Len(), "the forged key got a binding of its own")
+	rec = do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "a1"})
+	assert.Equal(t, "true", rec.Header().Get(gateway.HeaderAffinityHit), "A's binding is intact")
+
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"anonymous", map[string]string{}},
+		{"tenant", map[string]string{"Authorization": bearer(keyA)}},
+	} {
+		for n, want := range map[int]int{affinity.DefaultMaxSessionIDBytes: http.StatusOK, affinity.DefaultMaxSessionIDBytes + 1: http.StatusBadRequest} {
+			h := map[string]string{"X-Session-ID": strings.Repeat("s", n)}
+			for k, v := range tc.headers {
+				h[k] = v
+			}
+			rec = do(t, g, chat, chatBody, h)
+			assert.Equal(t, want, rec.Code, "%s, a %d-byte session ID: %s", tc.name, n, rec.Body.String())
+		}
+	}
 }
 
 // The parent hint is scoped too: B cannot start a subagent on A's session's backend.
@@ -119,8 +169,13 @@ func TestCacheSaltInjection(t *testing.T) {
 
 	_, ok = cacheSalt(t, send("/v1/embeddings", `{"model":"m","input":"x"}`, a))
 	assert.False(t, ok, "only the completions endpoints take cache_salt")
-	_, ok = cacheSalt(t, send(chat, chatBody, map[string]string{"X-Session-ID": "s"}))
-	assert.False(t, ok, "a request without a tenant is not salted")
+	// A request without a tenant identity gets the anonymous tenant's salt, also in
+	// place of one it sent (a client must not pick another tenant's salt).
+	saltAnon, ok := cacheSalt(t, send(chat, chatBody, map[string]string{"X-Session-ID": "s"}))
+	require.True(t, ok, "a request without a tenant is salted as the anonymous tenant")
+	assert.NotContains(t, []string{saltA, saltB}, saltAnon)
+	got, _ = cacheSalt(t, send(chat, `{"model":"m","cache_salt":"`+saltA+`","messages":[]}`, map[string]string{"X-Session-ID": "s"}))
+	assert.Equal(t, saltAnon, got, "a client-sent salt is replaced on anonymous requests too")
 
 	rec := do(t, g, chat, `{"model":`, a)
 	assert.Equal(t, http.StatusBadRequest, rec.Code, "malformed JSON is rejected, not forwarded unsalted")
