@@ -51,8 +51,17 @@ func TestDecide(t *testing.T) {
 	assert.ErrorIs(t, err, affinity.ErrNoCandidates)
 }
 
+// The same errors with tenant scoping on, for a request without a tenant identity (the
+// anonymous tenant): its session ID is held to max_session_id_bytes, not to the
+// Scheduler's limit with room for the tag.
 func TestDecideErrors(t *testing.T) {
-	g, _ := testGateway(t, "require_session: true\naffinity: {max_session_id_bytes: 8}\n")
+	for _, extra := range []string{"", "tenant: {api_key: true}\n"} {
+		t.Run(extra, func(t *testing.T) { testDecideErrors(t, extra) })
+	}
+}
+
+func testDecideErrors(t *testing.T, extra string) {
+	g, _ := testGateway(t, "require_session: true\naffinity: {max_session_id_bytes: 8}\n"+extra)
 	tests := []struct {
 		name    string
 		body    string
