@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -177,11 +178,12 @@ func (t *tenants) salt(id string) string { return t.derive("cache_salt", id) }
 const TenantTagBytes = 2 + 22 + 1
 
 // schedulerConfig is the affinity.Config the Scheduler of cfg is built with: cfg.Affinity,
-// with room for the tenant tag in max_session_id_bytes when tenant scoping is on.
+// with room for the tenant tag in max_session_id_bytes when tenant scoping is on (at most
+// math.MaxInt: a limit within TenantTagBytes of it is no limit anyway).
 func schedulerConfig(cfg Config) affinity.Config {
 	ac := cfg.Affinity
 	if cfg.Tenant.enabled() {
-		ac.MaxSessionIDBytes = cfg.maxSessionIDBytes() + TenantTagBytes
+		ac.MaxSessionIDBytes = min(cfg.maxSessionIDBytes(), math.MaxInt-TenantTagBytes) + TenantTagBytes
 	}
 	return ac
 }

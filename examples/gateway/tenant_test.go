@@ -102,6 +102,15 @@ func TestTenantAnonymousRequestsAreScoped(t *testing.T) {
 	}
 }
 
+// A max_session_id_bytes near math.MaxInt with tenant scoping on is accepted (the
+// Scheduler's room for the tag saturates; it used to overflow into a negative limit
+// and fail at start with "is negative").
+func TestTenantHugeSessionLimit(t *testing.T) {
+	g, _ := testGateway(t, "affinity: {max_session_id_bytes: 9223372036854775800}\ntenant: {api_key: true}\n")
+	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("s", 4096)})
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}
+
 // The parent hint is scoped too: B cannot start a subagent on A's session's backend.
 func TestTenantScopesParent(t *testing.T) {
 	g, _ := testGateway(t, "tenant: {api_key: true}\n")
