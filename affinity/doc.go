@@ -77,9 +77,10 @@
 //     flag, counters and bindings.
 //  14. Load is outstanding prefill work in prompt tokens: the sum of the charges of the
 //     backend's open leases, plus queued_request_cost (default 1024) for each request the
-//     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond its open
-//     leases here. A lease is charged its cost (0 counts as 1, so callers without an
-//     estimate get request counting; above MaxLeaseCost, 2^24 tokens, as MaxLeaseCost),
+//     backend reported through [Scheduler.ReportLoad] (waiting + running) beyond the
+//     leases open here when it reported (other replicas' requests, say). A lease is
+//     charged its cost (0 counts as 1, so callers without an estimate get request
+//     counting; above MaxLeaseCost, 2^24 tokens, as MaxLeaseCost),
 //     except a hit with load awareness on, which is charged cost - reprefill (at least
 //     1; reprefill as in rule 17): a warm backend prefills only the part of the prompt
 //     beyond the cached prefix. Per backend it is

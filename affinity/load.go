@@ -25,6 +25,7 @@ type backendLoad struct {
 	id       string
 	acc      atomic.Int64 // in-flight leases << costBits | their cost (prompt tokens)
 	reported atomic.Int64 // Waiting + Running of the last ReportLoad
+	beyond   atomic.Int64 // of those, the requests beyond the leases open here at that moment
 	kvMilli  atomic.Int64 // KVCache x 1000 of the last ReportLoad
 	dr       drainState   // the drain model (drainmodel.go)
 }
@@ -53,23 +54,24 @@ func (b *backendLoad) counts() (requests, cost int64) {
 
 // view returns the backend's load in prompt tokens as the placement rules see it at now:
 // the cost leased here (with the drain model on, at most the work not yet drained) plus
-// queuedCost for each reported request beyond the ones leased here, at most MaxLoadView.
+// queuedCost for each reported request that was beyond the leases open here when it was
+// reported, at most MaxLoadView.
 func (b *backendLoad) view(p *loadParams, now int64) int64 {
 	n, l := b.counts()
 	if p.drainRate > 0 && n > 0 {
 		l = b.remaining(p, now, n, l)
 	}
-	return b.withReported(p, n, l)
+	return b.withReported(p, l)
 }
 
-// withReported is view's last step: l (the cost of the n leases open here) plus the
-// reported requests beyond n, at most MaxLoadView. Small enough to inline.
-func (b *backendLoad) withReported(p *loadParams, n, l int64) int64 {
-	if rep := b.reported.Load(); rep > n {
-		if rep-n > p.maxQueued { // saturate: a huge report is busy, never idle
+// withReported is view's last step: l (the cost of the leases open here) plus the
+// reported requests beyond them, at most MaxLoadView. Small enough to inline.
+func (b *backendLoad) withReported(p *loadParams, l int64) int64 {
+	if ex := b.beyond.Load(); ex > 0 {
+		if ex > p.maxQueued { // saturate: a huge report is busy, never idle
 			return MaxLoadView
 		}
-		l += (rep - n) * p.queuedCost // at most 2^46 + l: no overflow
+		l += ex * p.queuedCost // at most 2^46 + l: no overflow
 	}
 	return min(l, MaxLoadView)
 }
@@ -187,9 +189,13 @@ func (s *Scheduler) Load(backendID string) LoadSnapshot {
 
 // ReportLoad records backendID's own report of its queue (for example scraped from
 // vLLM's /metrics), replacing the previous one; BackendLoad{} clears it. With load
-// awareness on, the Waiting + Running requests beyond those leased by this Scheduler count
-// queued_request_cost prompt tokens each in the backend's load (see the package
-// documentation, "Load awareness"). Negative counts are ErrInvalidLoad, as is an empty ID
+// awareness on, the Waiting + Running requests beyond the leases of this Scheduler open at
+// the time of the call (other replicas' requests, say) count queued_request_cost prompt
+// tokens each in the backend's load until the next report (see the package
+// documentation, "Load awareness"). Decision: the leases are counted when the report
+// arrives, not when the load is read, so a lease that ends after a scrape that saw it
+// running does not linger as a phantom queued request until the next scrape, and leases
+// opened after it do not hide the others' requests. Negative counts are ErrInvalidLoad, as is an empty ID
 // or a KVCache outside [0, 1]. Counts of any size are accepted: their sum saturates at
 // math.MaxInt64 and the load they add at MaxLoadView (a huge queue looks busy, never
 // idle). Lock-free after the backend's first sight; 0 allocs.
@@ -207,7 +213,10 @@ func (s *Scheduler) ReportLoad(backendID string, l BackendLoad) error {
 		id := strings.Clone(backendID)
 		b = s.ld.loads.get(id, hashID(id))
 	}
-	b.reported.Store(l.Waiting + min(l.Running, math.MaxInt64-l.Waiting)) // saturating sum
+	rep := l.Waiting + min(l.Running, math.MaxInt64-l.Waiting) // saturating sum
+	n, _ := b.counts()
+	b.reported.Store(rep)
+	b.beyond.Store(max(rep-n, 0))
 	b.kvMilli.Store(int64(math.Round(l.KVCache * 1000)))
 	return nil
 }

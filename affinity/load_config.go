@@ -77,8 +77,8 @@ type LoadConfig struct {
 	// bounded load).
 	DisableSpill bool `yaml:"disable_spill,omitempty" json:"disable_spill,omitempty"`
 	// QueuedRequestCost is the prompt tokens charged for each request a backend reports
-	// through [Scheduler.ReportLoad] (waiting + running) beyond those leased by this
-	// Scheduler, e.g. requests of other gateway replicas. 0 means
+	// through [Scheduler.ReportLoad] (waiting + running) beyond the leases of this
+	// Scheduler open when it reported, e.g. requests of other gateway replicas. 0 means
 	// DefaultQueuedRequestCost (1024); must lie in [0, MaxQueuedRequestCost] (2^24). The
 	// resulting load saturates at MaxLoadView, however many requests are reported.
 	QueuedRequestCost int64 `yaml:"queued_request_cost,omitempty" json:"queued_request_cost,omitempty"`

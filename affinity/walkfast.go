@@ -80,8 +80,8 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, on
 			if e.bl == nil { // a later copy of an ID
 				continue
 			}
-			rq, l := e.bl.counts()
-			load := e.bl.withReported(q, rq, l) // view without the drain model
+			_, l := e.bl.counts()
+			load := e.bl.withReported(q, l) // view without the drain model
 			loads[i] = load
 			n++
 			total += load
