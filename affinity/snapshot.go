@@ -24,6 +24,8 @@ var (
 	// ErrSnapshotVersion: the input holds a complete 8-byte header that is not the magic
 	// "SAFSNAP1" (not a snapshot, or a format version this build does not read).
 	ErrSnapshotVersion = errors.New("affinity: unsupported binding snapshot format")
+	// ErrNilIO: Snapshot got a nil io.Writer or Restore a nil io.Reader.
+	ErrNilIO = errors.New("affinity: nil io.Reader or io.Writer")
 )
 
 // SnapshotMagic opens every binding snapshot: format name and version 1. A later,
@@ -85,7 +87,8 @@ func (t *Table) Range(fn func(Binding) bool) {
 // many it wrote. The time stamp is the Table's clock (WithClock) as wall time. Bindings
 // made while it runs may or may not be included. It does not stop the Table (safe for
 // concurrent use; each shard is locked only while its bindings are copied): write a
-// snapshot after the last request for an exact copy. Errors are w's, wrapped.
+// snapshot after the last request for an exact copy. Errors are w's, wrapped, and
+// ErrNilIO for a nil w.
 // Cost: O(bindings) time and one in-memory copy of them (about 60 bytes plus the IDs each).
 //
 // Format, version 1 (all integers little-endian or unsigned LEB128 varints):
@@ -97,6 +100,9 @@ func (t *Table) Range(fn func(Binding) bool) {
 //	          uvarint len + backend ID, uvarint remaining TTL in nanoseconds (> 0)
 //	checksum  4 bytes  CRC-32C (Castagnoli) of every preceding byte
 func (t *Table) Snapshot(w io.Writer) (int, error) {
+	if w == nil {
+		return 0, fmt.Errorf("%w: Snapshot to a nil io.Writer", ErrNilIO)
+	}
 	var bs []Binding
 	t.Range(func(b Binding) bool { bs = append(bs, b); return true })
 	written := t.wallNow()
@@ -143,10 +149,14 @@ func (t *Table) Snapshot(w io.Writer) (int, error) {
 // The whole input is read and verified before anything is stored: a truncated or
 // damaged snapshot returns ErrCorruptSnapshot (so does an input too short to hold the
 // 8-byte magic, empty included; a complete header other than the magic returns
-// ErrSnapshotVersion; an error from r is returned wrapped) and stores nothing.
+// ErrSnapshotVersion; an error from r is returned wrapped; a nil r is ErrNilIO) and
+// stores nothing.
 // Safe for concurrent use (each binding is stored under its shard's lock, like Bind).
 // Cost: O(records log records) time, the decoded records in memory while it runs.
 func (t *Table) Restore(r io.Reader) (int, error) {
+	if r == nil {
+		return 0, fmt.Errorf("%w: Restore from a nil io.Reader", ErrNilIO)
+	}
 	bs, written, err := readSnapshot(r)
 	if err != nil {
 		return 0, err
@@ -283,11 +293,12 @@ func readField(rd *bytes.Reader, max int, required bool) (string, error) {
 	return string(buf), nil
 }
 
-// Snapshot writes the Scheduler's bindings to w; see [Table.Snapshot] for the format.
+// Snapshot writes the Scheduler's bindings to w; see [Table.Snapshot] for the format and
+// the errors (ErrNilIO for a nil w).
 func (s *Scheduler) Snapshot(w io.Writer) (int, error) { return s.t.Snapshot(w) }
 
 // Restore loads bindings written by [Scheduler.Snapshot]; see [Table.Restore] for what is
 // kept, what is dropped and the errors: ErrCorruptSnapshot for a damaged or truncated
 // input (empty, or shorter than the 8-byte header, included), ErrSnapshotVersion for a
-// complete header with another magic or version.
+// complete header with another magic or version, ErrNilIO for a nil r.
 func (s *Scheduler) Restore(r io.Reader) (int, error) { return s.t.Restore(r) }

@@ -162,6 +162,17 @@ func TestRestoreRejectsDamagedSnapshots(t *testing.T) {
 			require.Zero(t, dst.Len(), "nothing may be half-loaded")
 		})
 	}
+	t.Run("nil reader and writer", func(t *testing.T) {
+		dst := newSnapScheduler(t, snapCfg(), affinitytest.NewClock(t0))
+		n, err := dst.Restore(nil)
+		require.ErrorIs(t, err, affinity.ErrNilIO)
+		require.Zero(t, n)
+		require.Zero(t, dst.Len())
+		n, err = src.Snapshot(nil)
+		require.ErrorIs(t, err, affinity.ErrNilIO)
+		require.Zero(t, n)
+		require.Equal(t, 50, src.Len(), "the table is untouched")
+	})
 	t.Run("reader error", func(t *testing.T) {
 		dst := newSnapScheduler(t, snapCfg(), affinitytest.NewClock(t0))
 		boom := errors.New("disk gone")
