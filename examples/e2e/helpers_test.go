@@ -46,7 +46,14 @@ type backendServer struct {
 
 func startBackend(t *testing.T, id string) *backendServer {
 	t.Helper()
-	sim, err := fakevllm.New(fakevllm.Config{ID: id, DefaultMaxTokens: 8}, fakevllm.WithSleep(noSleep))
+	return startBackendWith(t, fakevllm.Config{ID: id, DefaultMaxTokens: 8}, noSleep)
+}
+
+// startBackendWith is startBackend with the simulator's config and wait function.
+func startBackendWith(t *testing.T, cfg fakevllm.Config, sleep func(context.Context, time.Duration) error) *backendServer {
+	t.Helper()
+	id := cfg.ID
+	sim, err := fakevllm.New(cfg, fakevllm.WithSleep(sleep))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -148,7 +148,9 @@
 // keep-alive race: it is retried once on the same backend and not counted. After a
 // counted failure the request goes, this once, to the session's next HRW choice among
 // the other eligible backends; the binding stays unless the failure ejected the backend,
-// in which case the session is placed again. Idle backend connections are closed after
+// in which case the session is placed again. Either way the retry is leased on the
+// backend it goes to (see "Load awareness") and the response headers describe that
+// attempt. Idle backend connections are closed after
 // backend_idle_conn_seconds (4 s, below the ~5 s keep-alive of vLLM's server).
 //
 // Decisions where the issue was silent: every 5xx counts (as Envoy's consecutive_5xx), a
@@ -184,8 +186,17 @@
 // bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
 // same. The lease is released when the response body has been copied and closed — the
 // end of a JSON response or SSE stream, a client cancel, a backend error — with the usage
-// of the JSON body or of the last SSE chunk carrying one; a retry releases the failed
-// attempt first. With load_report_seconds > 0, [Gateway.Run] also reads each backend's
+// of the JSON body or of the last SSE chunk carrying one. A retry on another backend
+// releases the failed attempt's lease first (Done with the attempt's error) and then
+// leases the backend it goes to, so its outstanding load and its usage are booked there,
+// and X-Agent-Serve-Backend, X-Agent-Serve-Affinity-Hit and X-Agent-Serve-Outcome describe
+// the attempt that served the response. Decision: a retry that keeps the session's
+// binding (the failure did not eject the backend) is leased by Acquire under [RetryTier],
+// a tier the gateway gives the Scheduler with sticky TTL 0, over that one backend: the
+// library's lease without a binding. It stores, moves and breaks nothing, and is reported
+// as Outcome "miss", AffinityHit false, and counted as a miss of tier "gateway-retry"; a
+// retry after an ejection is placed again on the request's own tier (usually a miss: the
+// ejection broke the binding). With load_report_seconds > 0, [Gateway.Run] also reads each backend's
 // vLLM queue gauges ([Gateway.ReportLoads]). A lease belongs to the Scheduler that made
 // it: after a reload that replaces the Scheduler (a changed affinity block), requests
 // already in flight release their load on the old one and the new one starts from its

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -25,13 +25,34 @@ import (
 // cancel, a backend error — with the usage the backend reported: the "usage" object of a
 // JSON response (found in its last 4 KiB when the body streams through unread), or of the
 // last SSE chunk that carries one (vLLM sends it when the client asks for
-// stream_options.include_usage). A retry after a connection error releases the
-// failed attempt's lease (with the error) before acquiring the next. Requests without a
-// session ID are hashed without a binding and hold no lease.
+// stream_options.include_usage). A retry on another backend releases the failed
+// attempt's lease (with the attempt's error) and leases the backend it goes to, so the
+// load and the usage are booked where the request is served (retryTarget, passive.go).
+// Requests without a session ID are hashed without a binding and hold no lease.
 
 // HeaderOutcome carries the placement outcome of a request with a session: "hit",
-// "miss", "rebind" or "spill" (affinity.Outcome); absent for requests without a session.
+// "miss", "rebind" or "spill" (affinity.Outcome) — of the attempt that served the
+// response; absent for requests without a session.
 const HeaderOutcome = "X-Agent-Serve-Outcome"
+
+// RetryTier is the Scheduler tier of the lease a retry takes when it keeps the session's
+// binding (a failure that did not eject the backend): the gateway gives the Scheduler this
+// tier with sticky TTL 0 (affinity off), so Acquire over the one backend the retry goes
+// to leases it without storing, moving or breaking a binding. Such a retry counts as a
+// miss of this tier (agentserve_affinity_misses_total{tier="gateway-retry"}: retries
+// served off their session's binding). A configuration may not name a tier so
+// ([ErrTierName]).
+const RetryTier = "gateway-retry"
+
+// withRetryTier returns ac with RetryTier's TTL-0 override added (the caller's Tiers map
+// is not modified).
+func withRetryTier(ac affinity.Config) affinity.Config {
+	tiers := make(map[string]affinity.TierConfig, len(ac.Tiers)+1)
+	maps.Copy(tiers, ac.Tiers)
+	tiers[RetryTier] = affinity.TierConfig{StickyTTLSeconds: affinity.TTLSeconds(0)}
+	ac.Tiers = tiers
+	return ac
+}
 
 // setOutcome sets HeaderOutcome from st's current lease.
 func (st *route) setOutcome(h http.Header) {
@@ -53,39 +74,56 @@ const (
 	MetricOutstandingCost     = "agentserve_gateway_backend_outstanding_cost_tokens"
 )
 
-// errRetried is the DoneInfo.Err of an attempt replaced by a retry.
-var errRetried = errors.New("gateway: attempt failed, retried on another backend")
-
 // leaseCost is the Acquire cost of a request body: bytes / 4, about one token per four
 // bytes of English/JSON text.
 func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
 
-// acquire places st through the lease of its routing snapshot's scheduler, first
-// releasing the lease of a previous attempt (a retry after a connection error). A lease
-// belongs to the scheduler that made it: after a reload its Done still releases there.
-// Each attempt has its own Lease (the first one's lives in the route: no allocation), so
-// a late Done on a failed attempt's Lease (its body closed on another goroutine) never
-// races with the next attempt filling its own.
+// acquire places st (its first attempt, or a retry after the failure ejected the backend:
+// the session is placed again) through the lease of its routing snapshot's scheduler. A
+// lease belongs to the scheduler that made it: after a reload its Done still releases
+// there.
 func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
+	return st.lease1(st.tier, st.parent, cands)
+}
+
+// acquireRetry leases b for a retry that keeps the session's binding: Acquire under
+// RetryTier (TTL 0) with b as the only candidate, so the decision is b and no binding is
+// stored or broken (AffinityHit false, Outcome miss).
+func (st *route) acquireRetry(b *backend) (*backend, bool, error) {
+	return st.lease1(RetryTier, "", b.self[:])
+}
+
+// lease1 is one attempt's Acquire. The previous attempt's lease must have been released
+// (endAttempt). Each attempt has its own Lease (the first one's lives in the route: no
+// allocation), so a late Done on a failed attempt's Lease (its body closed on another
+// goroutine) never races with the next attempt filling its own.
+func (st *route) lease1(tier, parent string, cands []affinity.Backend) (*backend, bool, error) {
 	rt := st.rt
 	st.mu.Lock()
-	prev := st.lease
-	st.lease = nil
 	l := &st.lease0
 	if st.used0 { // a retry
 		l = new(affinity.Lease)
 	}
 	st.used0 = true
 	st.mu.Unlock()
-	prev.Done(affinity.DoneInfo{Err: errRetried}) // nil: no-op
 
-	if _, err := rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost, l); err != nil {
+	if _, err := rt.sched.AcquireWithParent(st.session, parent, tier, cands, st.cost, l); err != nil {
 		return nil, false, err
 	}
 	st.mu.Lock()
 	st.lease = l
 	st.mu.Unlock()
 	return rt.byID[l.Backend.ID()], l.AffinityHit, nil
+}
+
+// endAttempt releases the lease of a failed attempt with its error (nil lease: no-op);
+// the next attempt takes its own.
+func (st *route) endAttempt(err error) {
+	st.mu.Lock()
+	l := st.lease
+	st.lease = nil
+	st.mu.Unlock()
+	l.Done(affinity.DoneInfo{Err: err})
 }
 
 // release ends st's lease (idempotent) with the usage seen so far and err.

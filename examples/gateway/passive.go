@@ -54,7 +54,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if stale && !sameAgain {
 			sameAgain = true // the backend closed an idle connection: try it again on a fresh one
 		} else {
-			next, hit, serr := g.retryTarget(st, target)
+			next, hit, serr := g.retryTarget(st, target, err)
 			if serr != nil || next.id == target.id {
 				g.log.Warn("no backend to retry on", "failed", target.id, "err", serr)
 				return nil, err
@@ -80,14 +80,29 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // retryTarget picks the backend a failed request is retried on. If the failure ejected
-// the backend, the session is placed again (SelectBackend: its binding was broken and it
+// the backend, the session is placed again (Acquire: its binding was broken and it
 // rebinds, a miss). Otherwise the binding stays and only this request goes to the
 // session's next choice in HRW order among the other eligible backends (hit false,
-// nothing stored): one failure is not an outage.
-func (g *Gateway) retryTarget(st *route, failed *backend) (*backend, bool, error) {
+// nothing stored): one failure is not an outage. Either way a request with a session
+// then holds its lease on the backend returned, and the failed attempt's lease has been
+// released with cause, the attempt's error (lease.go); when no backend is found the
+// failed attempt keeps its lease (released when the request ends).
+func (g *Gateway) retryTarget(st *route, failed *backend, cause error) (*backend, bool, error) {
 	if g.outliers.isEjected(failed.id) {
+		st.endAttempt(cause)
 		return st.choose()
 	}
+	next, err := st.nextChoice(failed)
+	if err != nil || st.session == "" {
+		return next, false, err
+	}
+	st.endAttempt(cause)
+	return st.acquireRetry(next)
+}
+
+// nextChoice is the request's first choice in HRW order (by session ID, else by its key)
+// among the eligible backends of its tier other than failed: Healthy ones, else Draining.
+func (st *route) nextChoice(failed *backend) (*backend, error) {
 	key := st.key
 	if st.session != "" {
 		key = st.session
@@ -103,10 +118,10 @@ func (g *Gateway) retryTarget(st *route, failed *backend) (*backend, bool, error
 			}
 		}
 		if i := best.Index(); i >= 0 {
-			return nodes[i], false, nil
+			return nodes[i], nil
 		}
 	}
-	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
+	return nil, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
 }
 
 // passiveFailure records a failed attempt on b for outlier detection and reports
