@@ -110,8 +110,43 @@ type cluster struct {
 	recheck  chan time.Time
 	client   *http.Client
 	clock    *affinitytest.Clock // outlier detection and the scheduler
-	logs     *lockedBuffer       // the gateway's log, JSON lines
+	logs     *lockedBuffer       // the gateway's log, JSON lines (Info and above)
+	records  *logRecords         // the gateway's log records, every level
 	ts       *httptest.Server
+}
+
+// logRecords is a slog.Handler that keeps every record of every level (attributes added
+// with Logger.With and groups are not kept: the gateway adds none).
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecords) WithGroup(string) slog.Handler      { return h }
+
+// atLeast returns the records of level min or above, as "LEVEL msg attrs" lines.
+func (h *logRecords) atLeast(min slog.Level) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, r := range h.recs {
+		if r.Level >= min {
+			line := r.Level.String() + " " + r.Message
+			r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent writers (the gateway's logger).
@@ -159,8 +194,10 @@ func (c *cluster) start(cfg gateway.Config) *cluster {
 	t := c.t
 	c.clock = affinitytest.NewClock(time.Unix(1_700_000_000, 0))
 	c.logs = &lockedBuffer{}
+	c.records = &logRecords{}
+	logger := slog.New(slog.NewMultiHandler(slog.NewJSONHandler(c.logs, nil), c.records))
 	g, err := gateway.New(cfg, gateway.WithRecheckTicks(c.recheck), gateway.WithProbeTicks(make(chan time.Time)),
-		gateway.WithClock(c.clock), gateway.WithLogger(slog.New(slog.NewJSONHandler(c.logs, nil))))
+		gateway.WithClock(c.clock), gateway.WithLogger(logger))
 	require.NoError(t, err)
 	c.gw = g
 	ctx, cancel := context.WithCancel(context.Background())
