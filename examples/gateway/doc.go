@@ -216,6 +216,17 @@
 // metrics/otel adapter on an OpenTelemetry SDK MeterProvider whose only reader is the
 // OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):
 // same series names plus the otel_scope_* labels and target_info.
+//
+// Decision: code_class is the class of the status sent, or client_closed when the client
+// went away before the response ended — before any answer, or after the headers (an SSE
+// stream cancelled mid-body, its 200 already sent), so a cancel counts the same whether
+// or not the headers had gone out. A client going away is not a backend failure: it is
+// logged at Debug at most and never counted for outlier detection. A response the
+// backend cuts mid-body (a reset, a close) keeps its status's class and is logged at Warn
+// with the backend ("backend response body read failed"); a stalled one is counted as a
+// connection failure (stream_idle_seconds). The ReverseProxy's own log line ("read error
+// during body copy", which names no backend) goes to Debug.
+//
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
 // backend's state. Every state change the gateway causes is logged ("backend state

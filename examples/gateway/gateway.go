@@ -181,7 +181,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		BufferPool:     &g.bufs,
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		// Its only line in use names no backend ("read error during body copy"): Debug.
+		// The gateway logs a backend's read error itself at Warn, with the backend
+		// (idleBody), and a client that goes away is no error (a read that fails for it
+		// returns context.Canceled, which the ReverseProxy does not log).
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	return g, nil
 }

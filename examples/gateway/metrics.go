@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
 	"sync"
 
@@ -11,9 +12,11 @@ import (
 
 // Gateway metric names (besides the library's agentserve_affinity_* series).
 const (
-	// MetricRequests counts proxied-path requests by code_class ("2xx" .. "5xx", or
-	// "client_closed" when the client left before any answer) and source ("backend": the
-	// backend's status; "gateway": an error the gateway generated, e.g. 502, 503, 504).
+	// MetricRequests counts proxied-path requests by code_class ("2xx" .. "5xx": the class
+	// of the status sent; "client_closed" when the client went away before the response
+	// ended, before any answer or after the headers, e.g. a stream cancelled mid-body) and
+	// source ("backend": the backend's status; "gateway": an error the gateway generated,
+	// e.g. 502, 503, 504). A response the backend cut mid-body keeps its status's class.
 	MetricRequests = "agentserve_gateway_requests_total"
 	// MetricBackendUp is 1 for a backend that can take requests (Healthy or Draining),
 	// 0 for one that is Down or ejected; label backend (configured backends only).
@@ -143,12 +146,14 @@ func (g *Gateway) serveReady(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// outcomeWriter records the status a proxied request was answered with and whether the
-// gateway generated it.
+// outcomeWriter records the status a proxied request was answered with, whether the
+// gateway generated it, and whether the client went away before the response ended.
 type outcomeWriter struct {
 	http.ResponseWriter
 	code    int
 	gateway bool
+	copying bool // the ReverseProxy is answering (set around its ServeHTTP)
+	gone    bool // the client went away before the response ended (a write or flush failed, or its context ended mid-copy)
 }
 
 // WriteHeader records the first final status and passes it on.
@@ -159,16 +164,31 @@ func (w *outcomeWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write records an implicit 200 and passes the bytes on.
+// Write records an implicit 200 and passes the bytes on; an error means the client went
+// away.
 func (w *outcomeWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	return w.ResponseWriter.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	if err != nil {
+		w.gone = true
+	}
+	return n, err
 }
 
-// Flush flushes the underlying writer, if it can.
-func (w *outcomeWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+// FlushError flushes the underlying writer, if it can; an error other than "not
+// supported" means the client went away. (http.ResponseController prefers it to Flush.)
+func (w *outcomeWriter) FlushError() error {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		w.gone = true
+	}
+	return err
+}
+
+// Flush is FlushError without the error.
+func (w *outcomeWriter) Flush() { _ = w.FlushError() }
 
 // Unwrap returns the underlying writer (for http.ResponseController).
 func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -203,10 +223,13 @@ func (o *outcomeCounters) get(ci int, gateway bool) prometheus.Counter {
 	return cell.c
 }
 
-// countOutcome adds the request to MetricRequests. 0 allocs.
+// countOutcome adds the request to MetricRequests: the class of the status sent, or
+// client_closed when the client went away before the response ended — before any status,
+// or after it (a stream cancelled mid-body), so that a cancel counts the same whether or
+// not the headers had gone out. 0 allocs.
 func (g *Gateway) countOutcome(w *outcomeWriter) {
 	ci := 0 // client_closed
-	if w.code >= 100 && w.code < 600 {
+	if w.code >= 100 && w.code < 600 && !w.gone {
 		ci = w.code / 100
 	}
 	g.outcomes.get(ci, w.gateway).Inc()

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -95,4 +97,43 @@ func TestReloadMetricsAndTenant(t *testing.T) {
 	do(t, g, chat, chatBody, hdr("k1"))
 	rec = do(t, g, chat, chatBody, hdr("k2"))
 	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit), "after the reload each key has its own binding")
+}
+
+// brokenClient is a client connection that fails every body write (it went away).
+type brokenClient struct{ *httptest.ResponseRecorder }
+
+func (brokenClient) Write([]byte) (int, error) { return 0, errors.New("write: broken pipe") }
+
+// A client whose connection fails while the response is written went away: client_closed,
+// as when it leaves before any answer, not the class of the status already sent; nothing
+// is logged above Debug.
+func TestClientGoneOnWriteIsClientClosed(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {}\n\n")
+	}))
+	t.Cleanup(backend.Close)
+	logs := &syncBuffer{}
+	g, err := gateway.New(gateway.Config{Backends: []gateway.BackendConfig{{ID: "b0", URL: backend.URL}}},
+		gateway.WithLogger(slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+	req.Header.Set("X-Session-ID", "s1")
+	g.ServeHTTP(brokenClient{httptest.NewRecorder()}, req)
+
+	mfs, err := g.Registry().Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == gateway.MetricRequests {
+			for _, m := range mf.GetMetric() {
+				if v := m.GetCounter().GetValue(); v > 0 {
+					got[m.GetLabel()[0].GetValue()+"/"+m.GetLabel()[1].GetValue()] = v
+				}
+			}
+		}
+	}
+	assert.Equal(t, map[string]float64{"client_closed/backend": 1}, got)
+	assert.Empty(t, logs.String())
 }

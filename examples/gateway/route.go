@@ -35,6 +35,17 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &st.ow
 	w.ResponseWriter = rw
 	defer func() {
+		// Still copying: the ReverseProxy aborted the response (http.ErrAbortHandler); if
+		// the client's context has ended, the client went away mid-response. Not a backend
+		// failure (idleBody): Debug only, and counted as client_closed.
+		if w.copying && r.Context().Err() != nil {
+			w.gone = true
+		}
+		if w.gone {
+			if b, _ := st.current(); b != nil {
+				g.log.Debug("client went away mid-response", "backend", b.id, "status", w.code)
+			}
+		}
 		g.countOutcome(w)
 		// The route may outlive the request (an idle backend connection of the net/http
 		// client keeps its last request's context); the client's writer must not.
@@ -119,7 +130,9 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		out.Body = bodyInRewrite{} // rewrite gives the outgoing request its own reader
 		out.GetBody = st.getBody
 	}
-	g.proxy.ServeHTTP(w, out)
+	w.copying = true
+	g.proxy.ServeHTTP(w, out) // panics with http.ErrAbortHandler when a response is cut
+	w.copying = false
 	st.release(usage{}, out.Context().Err()) // no-op if the response body released it (lease.go)
 }
 

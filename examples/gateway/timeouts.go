@@ -287,19 +287,38 @@ type idleBody struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	at     *attemptTimer
+	warned bool // the backend's read error was logged
 }
 
-// Read reads from the backend's body with the idle bound applied.
+// Read reads from the backend's body with the idle bound applied. A read that fails
+// returns, by cause: the stream-idle bound's error (logged and counted by the timer);
+// exactly context.Canceled when the client went away (the request's context is done and
+// the connection was closed for it: not a backend failure, and httputil.ReverseProxy logs
+// no read error that is context.Canceled); otherwise the backend's own error, logged
+// once at Warn with the backend named. None of these counts for outlier detection here
+// (a stall is counted by the timer).
 func (b *idleBody) Read(p []byte) (int, error) {
 	b.at.beginRead()
 	n, err := b.rc.Read(p)
 	b.at.endRead()
 	if err != nil && err != io.EOF {
-		if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) {
-			err = cause
-		}
+		err = b.readError(err)
 	}
 	return n, err
+}
+
+func (b *idleBody) readError(err error) error {
+	if b.ctx.Err() == nil { // the backend's own failure (reset, closed mid-body)
+		if !b.warned {
+			b.warned = true
+			b.at.g.log.Warn("backend response body read failed", "backend", b.at.backend, "err", err)
+		}
+		return err
+	}
+	if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) {
+		return cause
+	}
+	return context.Canceled // the client's context (or the server's shutdown) ended it
 }
 
 // timeoutError is a backend timeout: it wraps [ErrBackendTimeout], is a net.Error
