@@ -59,3 +59,29 @@ func ExampleScheduler_Acquire_spill() {
 	// Output:
 	// spill false true 1
 }
+
+// A request the caller sends elsewhere itself (here a retry after the session's backend
+// failed) is leased where it is served; the session's binding stays where it was.
+func ExampleScheduler_LeaseBackend() {
+	sched, _ := affinity.New(affinity.Config{Load: affinity.LoadConfig{BalanceFactor: 1.25}})
+	backends := []affinity.Backend{
+		affinity.MustBackend("vllm-0", "", 1),
+		affinity.MustBackend("vllm-1", "", 1),
+	}
+	var first, retry affinity.Lease
+	_ = sched.Acquire("session-9", "", backends, 1000, &first)
+	bound := first.Backend
+	other := backends[0]
+	if other.ID() == bound.ID() {
+		other = backends[1]
+	}
+	first.Done(affinity.DoneInfo{Err: fmt.Errorf("connection refused")}) // the attempt failed
+	_ = sched.LeaseBackend(other, 1000, &retry)
+	fmt.Println(retry.Outcome, retry.AffinityHit, sched.Load(other.ID()).Requests, sched.Load(bound.ID()).Requests)
+	retry.Done(affinity.DoneInfo{PromptTokens: 250})
+	b, _ := sched.Lookup("session-9", "")
+	fmt.Println(b == bound.ID(), sched.Load(other.ID()).Requests, sched.Stats().Hits+sched.Stats().Misses)
+	// Output:
+	// miss false 1 0
+	// true 0 1
+}

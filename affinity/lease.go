@@ -145,7 +145,7 @@ func (s *Scheduler) learn(l *Lease, info DoneInfo) {
 	}
 	prompt := info.PromptTokens
 	cached := min(max(info.CachedPromptTokens, 0), prompt)
-	if s.ld.p.on {
+	if s.ld.p.on && l.session != "" { // LeaseBackend's leases have no binding
 		s.noteUsage(l.session, l.tier, bl, l.hit, prompt, cached)
 	}
 	if l.hit {
@@ -237,8 +237,16 @@ func (s *Scheduler) open(l *Lease, b *Backend, out Outcome, g grant) {
 }
 
 // refuse returns the error of an Acquire whose arguments failed the quick check:
-// ErrInvalidLease (l nil or open), ErrInvalidCost, or validate's.
+// badLease's, or validate's.
 func (s *Scheduler) refuse(sessionID, tier string, candidates []Backend, cost int64, l *Lease) error {
+	if err := badLease(cost, l); err != nil {
+		return err
+	}
+	return s.validate(sessionID, tier, candidates)
+}
+
+// badLease returns ErrInvalidLease (l nil or open) or ErrInvalidCost, else nil.
+func badLease(cost int64, l *Lease) error {
 	switch {
 	case l == nil:
 		return fmt.Errorf("%w: nil *Lease", ErrInvalidLease)
@@ -247,7 +255,7 @@ func (s *Scheduler) refuse(sessionID, tier string, candidates []Backend, cost in
 	case cost < 0:
 		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
 	}
-	return s.validate(sessionID, tier, candidates)
+	return nil
 }
 
 // Acquire decides like SelectBackend and leases the request into l: the chosen backend's
@@ -285,6 +293,32 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 	}
 	l.session, l.tier = sessionID, tier
 	s.open(l, &candidates[ci], out, g)
+	return nil
+}
+
+// LeaseBackend leases a request the caller routes itself onto b, with no routing
+// decision: b's outstanding load grows by one request and by cost until l.Done, as for
+// [Scheduler.Acquire], and nothing else happens — no binding is read, stored, moved or
+// broken, no hit, miss or broken binding is counted, and b's health is not checked. For
+// a retry sent to another backend than the session's binding (the binding stays, the
+// load goes where the request is served) or a request without a session. l gets
+// Backend b, AffinityHit false and Outcome OutcomeMiss (not a hit on a binding); Done
+// releases it and records usage like any lease, except the binding and reuse updates,
+// which belong to hits (Done feeds the drain model as usual).
+//
+// Errors (nothing leased, l unchanged): ErrInvalidLease (l nil or still open),
+// ErrInvalidCost (negative cost), ErrInvalidBackend (the zero Backend). Safe for
+// concurrent use (on different Leases). Cost: one lock-free load-record lookup, one
+// atomic add and the writes that fill l, 0 allocs.
+func (s *Scheduler) LeaseBackend(b Backend, cost int64, l *Lease) error {
+	if err := badLease(cost, l); err != nil {
+		return err
+	}
+	if b.node.ID() == "" {
+		return fmt.Errorf("%w: the zero Backend", ErrInvalidBackend)
+	}
+	l.session, l.tier = "", ""
+	s.open(l, &b, OutcomeMiss, grant{charge: min(max(cost, 1), MaxLeaseCost)})
 	return nil
 }
 

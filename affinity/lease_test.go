@@ -485,7 +485,7 @@ func TestReportLoadCountsLeasesAtReport(t *testing.T) {
 	assert.Zero(t, s.LoadView("a"))
 }
 
-// TestLeaseRace: many goroutines acquire and release leases (Done from other goroutines,
+// TestLeaseRace: many goroutines acquire (some through LeaseBackend) and release leases (Done from other goroutines,
 // twice, some by two goroutines at once; a Lease filled again after its Done; all
 // concurrently with OnBackendDown/Up and load reports); afterwards every backend's
 // outstanding load is 0. Run with -race.
@@ -506,14 +506,21 @@ func TestLeaseRace(t *testing.T) {
 				if i%2 == 0 { // handed to the releasers
 					l = new(affinity.Lease)
 				}
-				err := s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)), l)
+				var err error
+				if i%8 == 3 { // a request routed by the caller (a retry)
+					err = s.LeaseBackend(bs[rng.IntN(len(bs))], int64(rng.IntN(3000)), l)
+				} else {
+					err = s.Acquire(fmt.Sprintf("s%d", rng.IntN(500)), "", bs, int64(rng.IntN(3000)), l)
+				}
 				if errors.Is(err, affinity.ErrNoEligibleBackend) {
 					continue
 				}
 				if !assert.NoError(t, err) {
 					return
 				}
-				ok.Add(1)
+				if i%8 != 3 {
+					ok.Add(1) // LeaseBackend counts nothing
+				}
 				if i%2 == 0 {
 					leases <- l
 					if i%4 == 0 { // both releasers may end it at once
@@ -668,5 +675,64 @@ func TestLeaseHitZeroAllocs(t *testing.T) {
 				assert.Equal(t, affinity.LoadSnapshot{}, s.Load(l.Backend.ID()), "released")
 			})
 		}
+	}
+}
+
+// LeaseBackend charges the given backend and nothing else: no binding, no counter, no
+// reuse; bad arguments lease nothing. With the drain model on its Done feeds the model
+// like any lease.
+func TestLeaseBackend(t *testing.T) {
+	for _, cfg := range []struct {
+		name string
+		cfg  affinity.Config
+	}{
+		{"load off", affinity.Config{}},
+		{"load on", loadCfg(1.25, 1)},
+		{"drain model", drainCfg(1.25, 5, 10000, 0)},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			s, _ := newSched(t, cfg.cfg)
+			b := affinity.MustBackend("b", "", 1)
+			var open affinity.Lease
+			require.NoError(t, s.LeaseBackend(b, 10, &open))
+			errs := []struct {
+				name string
+				b    affinity.Backend
+				cost int64
+				l    *affinity.Lease
+				want error
+			}{
+				{"nil lease", b, 1, nil, affinity.ErrInvalidLease},
+				{"open lease", b, 1, &open, affinity.ErrInvalidLease},
+				{"negative cost", b, -1, new(affinity.Lease), affinity.ErrInvalidCost},
+				{"zero backend", affinity.Backend{}, 1, new(affinity.Lease), affinity.ErrInvalidBackend},
+			}
+			for _, tc := range errs {
+				require.ErrorIs(t, s.LeaseBackend(tc.b, tc.cost, tc.l), tc.want, tc.name)
+			}
+			assert.Equal(t, affinity.LoadSnapshot{Requests: 1, Cost: 10}, s.Load("b"), "only the first lease counts")
+
+			for cost, want := range map[int64]int64{0: 1, affinity.MaxLeaseCost + 5: affinity.MaxLeaseCost} {
+				var l affinity.Lease
+				require.NoError(t, s.LeaseBackend(b, cost, &l))
+				assert.Equal(t, want, s.Load("b").Cost-10, "cost %d", cost)
+				assert.Equal(t, affinity.OutcomeMiss, l.Outcome)
+				assert.False(t, l.AffinityHit)
+				assert.Equal(t, "b", l.Backend.ID())
+				l.Done(affinity.DoneInfo{PromptTokens: 500, CachedPromptTokens: 400})
+			}
+			open.Done(affinity.DoneInfo{PromptTokens: 500})
+			assert.Equal(t, affinity.LoadSnapshot{}, s.Load("b"), "every lease released")
+			st := s.Stats()
+			assert.Zero(t, st.Hits+st.Misses+st.Broken.Total(), "nothing counted")
+			assert.Zero(t, s.Len(), "nothing bound")
+			assert.Zero(t, s.Reuse("").PromptTokens, "reuse is for hits on a binding")
+			var l affinity.Lease
+			allocs := testing.AllocsPerRun(100, func() {
+				_ = s.LeaseBackend(b, 5, &l)
+				l.Done(affinity.DoneInfo{PromptTokens: 10})
+			})
+			assert.Zero(t, allocs, "LeaseBackend+Done into a reused Lease")
+		})
 	}
 }
