@@ -125,15 +125,17 @@ func TestRetryMovesLease(t *testing.T) {
 			assert.Equal(t, want, c.outstanding(), "during the retried request: the lease is on %s, not on %s", served, victim)
 			bound, ok := c.gw.Scheduler().Lookup("r1", "")
 			require.True(t, ok)
-			retryMisses := counter(c.metrics(), "agentserve_affinity_misses_total", map[string]string{"tier": gateway.RetryTier})
+			mf := c.metrics()
+			misses := counter(mf, "agentserve_affinity_misses_total", nil)
+			hits := counter(mf, "agentserve_affinity_hits_total", nil)
 			if tt.ejects {
 				assert.Equal(t, served, bound, "the ejection broke the binding: placed again")
-				assert.Zero(t, retryMisses, "placed again on its own tier")
+				assert.Equal(t, 2.0, misses, "the first turn, and the retry placed again")
 			} else {
 				assert.Equal(t, victim, bound, "one failure is not an outage: the binding stays")
-				assert.Equal(t, 1.0, retryMisses, "the retry's lease, without a binding")
-				_, ok := c.gw.Scheduler().Lookup("r1", gateway.RetryTier)
-				assert.False(t, ok, "nothing stored for the retry")
+				assert.Equal(t, 1.0, misses, "the first turn only: the retry's lease (LeaseBackend) counts nothing")
+				assert.Equal(t, 1.0, hits, "the failed attempt's decision")
+				assert.Equal(t, 1, c.gw.Scheduler().Len(), "nothing stored for the retry")
 			}
 
 			release()

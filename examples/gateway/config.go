@@ -33,7 +33,7 @@ var (
 	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token
 	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
-	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value, a tier name over 255 bytes, or RetryTier
+	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value, or a tier name over 255 bytes
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a number of seconds in 0.001..1e6
 	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a number of seconds in 0.001..1e6
 	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a number of seconds in 0.001..1e6

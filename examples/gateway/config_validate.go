@@ -96,9 +96,6 @@ func (c Config) Validate() error {
 	if err := c.Affinity.Validate(); err != nil {
 		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
-	if _, ok := c.Affinity.Tiers[RetryTier]; ok {
-		return invalid(ErrTierName, "affinity.tiers: %q is reserved for retry leases", RetryTier)
-	}
 	if len(c.Backends) == 0 {
 		return invalid(ErrNoBackends, "backends: at least one backend is required")
 	}
@@ -123,9 +120,6 @@ func (c Config) Validate() error {
 		if len(b.Tier) > affinity.MaxTierBytes {
 			return invalid(ErrTierName, "backends[%d].tier (id %q): %d bytes (max %d)", i, b.ID, len(b.Tier), affinity.MaxTierBytes)
 		}
-		if b.Tier == RetryTier {
-			return invalid(ErrTierName, "backends[%d].tier (id %q): %q is reserved for retry leases", i, b.ID, RetryTier)
-		}
 	}
 	for i, h := range c.SessionHeaders {
 		if !validHeaderName(h) {
@@ -141,8 +135,6 @@ func (c Config) Validate() error {
 			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
 		case len(tier) > affinity.MaxTierBytes:
 			return invalid(ErrTierName, "model_tiers[%q]: tier is %d bytes (max %d)", model, len(tier), affinity.MaxTierBytes)
-		case tier == RetryTier:
-			return invalid(ErrTierName, "model_tiers[%q]: %q is reserved for retry leases", model, RetryTier)
 		}
 	}
 	if c.MaxBodyBytes <= 0 {

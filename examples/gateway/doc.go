@@ -190,12 +190,10 @@
 // releases the failed attempt's lease first (Done with the attempt's error) and then
 // leases the backend it goes to, so its outstanding load and its usage are booked there,
 // and X-Agent-Serve-Backend, X-Agent-Serve-Affinity-Hit and X-Agent-Serve-Outcome describe
-// the attempt that served the response. Decision: a retry that keeps the session's
-// binding (the failure did not eject the backend) is leased by Acquire under [RetryTier],
-// a tier the gateway gives the Scheduler with sticky TTL 0, over that one backend: the
-// library's lease without a binding. It stores, moves and breaks nothing, and is reported
-// as Outcome "miss", AffinityHit false, and counted as a miss of tier "gateway-retry"; a
-// retry after an ejection is placed again on the request's own tier (usually a miss: the
+// the attempt that served the response. A retry that keeps the session's binding (the
+// failure did not eject the backend) is leased by affinity.Scheduler.LeaseBackend on
+// the backend it goes to: no decision, nothing stored, moved, broken or counted; it is
+// reported as Outcome "miss" and AffinityHit false; a retry after an ejection is placed again on the request's own tier (usually a miss: the
 // ejection broke the binding). With load_report_seconds > 0, [Gateway.Run] also reads each backend's
 // vLLM queue gauges ([Gateway.ReportLoads]). A lease belongs to the Scheduler that made
 // it: after a reload that replaces the Scheduler (a changed affinity block), requests

@@ -85,7 +85,6 @@ type backend struct {
 	id   string
 	url  *url.URL
 	ab   affinity.Backend
-	self [1]affinity.Backend // ab alone: the candidates of a retry's lease (acquireRetry)
 	node hrw.Node
 	tier string
 }

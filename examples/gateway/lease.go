@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,25 +33,6 @@ import (
 // "miss", "rebind" or "spill" (affinity.Outcome) — of the attempt that served the
 // response; absent for requests without a session.
 const HeaderOutcome = "X-Agent-Serve-Outcome"
-
-// RetryTier is the Scheduler tier of the lease a retry takes when it keeps the session's
-// binding (a failure that did not eject the backend): the gateway gives the Scheduler this
-// tier with sticky TTL 0 (affinity off), so Acquire over the one backend the retry goes
-// to leases it without storing, moving or breaking a binding. Such a retry counts as a
-// miss of this tier (agentserve_affinity_misses_total{tier="gateway-retry"}: retries
-// served off their session's binding). A configuration may not name a tier so
-// ([ErrTierName]).
-const RetryTier = "gateway-retry"
-
-// withRetryTier returns ac with RetryTier's TTL-0 override added (the caller's Tiers map
-// is not modified).
-func withRetryTier(ac affinity.Config) affinity.Config {
-	tiers := make(map[string]affinity.TierConfig, len(ac.Tiers)+1)
-	maps.Copy(tiers, ac.Tiers)
-	tiers[RetryTier] = affinity.TierConfig{StickyTTLSeconds: affinity.TTLSeconds(0)}
-	ac.Tiers = tiers
-	return ac
-}
 
 // setOutcome sets HeaderOutcome from st's current lease.
 func (st *route) setOutcome(h http.Header) {
@@ -83,21 +63,24 @@ func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
 // lease belongs to the scheduler that made it: after a reload its Done still releases
 // there.
 func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
-	return st.lease1(st.tier, st.parent, cands)
+	return st.lease1(func(l *affinity.Lease) error {
+		_, err := st.rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost, l)
+		return err
+	})
 }
 
-// acquireRetry leases b for a retry that keeps the session's binding: Acquire under
-// RetryTier (TTL 0) with b as the only candidate, so the decision is b and no binding is
-// stored or broken (AffinityHit false, Outcome miss).
+// acquireRetry leases b for a retry that keeps the session's binding: LeaseBackend, which
+// charges b and decides, stores, moves and breaks nothing (AffinityHit false, Outcome
+// miss, no hit or miss counted).
 func (st *route) acquireRetry(b *backend) (*backend, bool, error) {
-	return st.lease1(RetryTier, "", b.self[:])
+	return st.lease1(func(l *affinity.Lease) error { return st.rt.sched.LeaseBackend(b.ab, st.cost, l) })
 }
 
-// lease1 is one attempt's Acquire. The previous attempt's lease must have been released
-// (endAttempt). Each attempt has its own Lease (the first one's lives in the route: no
-// allocation), so a late Done on a failed attempt's Lease (its body closed on another
-// goroutine) never races with the next attempt filling its own.
-func (st *route) lease1(tier, parent string, cands []affinity.Backend) (*backend, bool, error) {
+// lease1 fills one attempt's Lease with lease. The previous attempt's lease must have been
+// released (endAttempt). Each attempt has its own Lease (the first one's lives in the
+// route: no allocation), so a late Done on a failed attempt's Lease (its body closed on
+// another goroutine) never races with the next attempt filling its own.
+func (st *route) lease1(lease func(*affinity.Lease) error) (*backend, bool, error) {
 	rt := st.rt
 	st.mu.Lock()
 	l := &st.lease0
@@ -107,7 +90,7 @@ func (st *route) lease1(tier, parent string, cands []affinity.Backend) (*backend
 	st.used0 = true
 	st.mu.Unlock()
 
-	if _, err := rt.sched.AcquireWithParent(st.session, parent, tier, cands, st.cost, l); err != nil {
+	if err := lease(l); err != nil {
 		return nil, false, err
 	}
 	st.mu.Lock()

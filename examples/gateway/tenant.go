@@ -179,14 +179,13 @@ const TenantTagBytes = 2 + 22 + 1
 
 // schedulerConfig is the affinity.Config the Scheduler of cfg is built with: cfg.Affinity,
 // with room for the tenant tag in max_session_id_bytes when tenant scoping is on (at most
-// math.MaxInt: a limit within TenantTagBytes of it is no limit anyway), and the TTL-0 tier
-// of retry leases ([RetryTier]).
+// math.MaxInt: a limit within TenantTagBytes of it is no limit anyway).
 func schedulerConfig(cfg Config) affinity.Config {
 	ac := cfg.Affinity
 	if cfg.Tenant.enabled() {
 		ac.MaxSessionIDBytes = min(cfg.maxSessionIDBytes(), math.MaxInt-TenantTagBytes) + TenantTagBytes
 	}
-	return withRetryTier(ac) // lease.go
+	return ac
 }
 
 // maxSessionIDBytes is affinity.max_session_id_bytes with its default applied: the
