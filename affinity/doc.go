@@ -70,7 +70,10 @@
 // [Scheduler.Acquire](sessionID, tier, candidates, cost, &lease) makes the routing
 // decision and leases the request into a [Lease] the caller owns: the chosen backend's
 // outstanding load (in-flight requests and their cost) grows until [Lease.Done], as with
-// grpc-go's balancer.PickResult.Done. The rules add to the contract above:
+// grpc-go's balancer.PickResult.Done. [Scheduler.LeaseBackend](backend, cost, &lease)
+// leases a request the caller routes itself (a retry sent to another backend while the
+// binding stays): the same load accounting, no decision. The rules add to the contract
+// above:
 //
 //  13. SelectBackend is unchanged and does no load accounting. With Config.Load absent
 //     (balance_factor 0) Acquire decides exactly as SelectBackend: the same backend, hit
