@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -511,4 +512,62 @@ func TestTimeScaleAppliedToSleeps(t *testing.T) {
 		71 * time.Millisecond, 15 * time.Millisecond, // cold prefill 71*2ms*0.5, decode 3*10ms*0.5
 		3 * time.Millisecond, 15 * time.Millisecond, // warm prefill 3*2ms*0.5
 	}, got)
+}
+
+// cache_salt is read as vLLM reads it: by its exact name (the last of duplicates), so a
+// key that only Go's case-folding decoder would take ("CACHE_SALT", "cache_ſalt") leaves
+// the request unsalted; a body with a non-JSON Content-Type is refused (FastAPI does not
+// parse it as JSON), as is a salt that is not a string.
+func TestCacheSaltExactName(t *testing.T) {
+	_, ts := start(t, fakevllm.Config{BlockTokens: 4}, noSleep)
+	send := func(prompt, salt, contentType string) (int, int) {
+		t.Helper()
+		body := `{"model":"m","max_tokens":1,` + salt + `"messages":[{"role":"user","content":"` + prompt + `"}]}`
+		req, err := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(body))
+		require.NoError(t, err)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var c completion
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		if resp.StatusCode == http.StatusOK {
+			require.NoError(t, json.Unmarshal(raw, &c))
+		}
+		return resp.StatusCode, c.Usage.PromptTokensDetails.CachedTokens
+	}
+	tests := []struct {
+		name, salt, contentType string
+		status                  int
+		warm                    bool // shares the cache of salt "a"
+	}{
+		{"same salt", `"cache_salt":"a",`, "application/json", 200, true},
+		{"escaped name", `"cache\u005fsalt":"a",`, "application/json", 200, true},
+		{"last duplicate wins", `"cache_salt":"b","cache_salt":"a",`, "application/json", 200, true},
+		{"no Content-Type", `"cache_salt":"a",`, "", 200, true},
+		{"+json Content-Type", `"cache_salt":"a",`, "application/vnd.x+json; charset=utf-8", 200, true},
+		{"other case", `"CACHE_SALT":"a",`, "application/json", 200, false},
+		{"folded s", `"cache_ſalt":"a",`, "application/json", 200, false},
+		{"first duplicate only", `"cache_salt":"a","cache_salt":"b",`, "application/json", 200, false},
+		{"multipart", `"cache_salt":"a",`, "multipart/form-data; boundary=x", 422, false},
+		{"form", `"cache_salt":"a",`, "application/x-www-form-urlencoded", 422, false},
+		{"not a string", `"cache_salt":5,`, "application/json", 422, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A salt of this case's own, so that its first request is cold; the prompt's
+			// 27 blocks share at most the chat template's first block with other prompts.
+			salt := fmt.Sprintf(`"s%d"`, i)
+			prompt := fmt.Sprintf("prompt %d %s", i, strings.Repeat("x", 64))
+			status, cached := send(prompt, `"cache_salt":`+salt+`,`, "application/json")
+			require.Equal(t, http.StatusOK, status)
+			require.Zero(t, cached)
+			status, cached = send(prompt, strings.ReplaceAll(tt.salt, `"a"`, salt), tt.contentType)
+			require.Equal(t, tt.status, status)
+			assert.Equal(t, tt.warm, cached > 4, "cached %d", cached)
+		})
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -239,7 +241,7 @@ type chatRequest struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	CacheSalt           string          `json:"cache_salt"` // vLLM's per-request prefix-cache salt
+	CacheSalt           string          `json:"-"` // vLLM's per-request prefix-cache salt (exactCacheSalt)
 }
 
 type streamOptions struct {
@@ -378,13 +380,57 @@ func decodeChat(w http.ResponseWriter, r *http.Request) (chatRequest, int, strin
 		}
 		return req, http.StatusBadRequest, "invalid_body", fmt.Errorf("reading request body: %w", err)
 	}
+	if !jsonContentType(r.Header.Get("Content-Type")) {
+		return req, http.StatusUnprocessableEntity, "invalid_body",
+			fmt.Errorf("Content-Type %q: the body is read as JSON only without a Content-Type or with a JSON one (FastAPI's rule, as in vLLM)", r.Header.Get("Content-Type"))
+	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		return req, http.StatusBadRequest, "invalid_json", fmt.Errorf("malformed JSON body: %w", err)
+	}
+	if req.CacheSalt, err = exactCacheSalt(body); err != nil {
+		return req, http.StatusUnprocessableEntity, "invalid_value", err
 	}
 	if err := validateMessages(req.Messages); err != nil {
 		return req, http.StatusBadRequest, "invalid_messages", err
 	}
 	return req, 0, "", nil
+}
+
+// jsonContentType reports whether FastAPI, which parses vLLM's request bodies, reads a
+// body of this Content-Type as JSON: none at all, or application/json or
+// application/<x>+json.
+func jsonContentType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+}
+
+// exactCacheSalt returns the top-level "cache_salt" of a JSON object body as vLLM's
+// request model reads it: by its exact name (pydantic is case-sensitive, where Go's
+// encoding/json would also take "CACHE_SALT" or "cache_ſalt"), the last of duplicate
+// keys; "" when absent or null. A value that is not a string is an error.
+func exactCacheSalt(body []byte) (string, error) {
+	var top map[string]json.RawMessage // keys unescaped, matched exactly; the last duplicate wins
+	if err := json.Unmarshal(body, &top); err != nil {
+		return "", fmt.Errorf("malformed JSON body: %w", err)
+	}
+	raw, ok := top["cache_salt"]
+	if !ok {
+		return "", nil
+	}
+	var salt *string
+	if err := json.Unmarshal(raw, &salt); err != nil {
+		return "", fmt.Errorf("cache_salt: not a string: %s", raw)
+	}
+	if salt == nil {
+		return "", nil
+	}
+	return *salt, nil
 }
 
 func (s *Server) newJob(req chatRequest) (*job, error) {

@@ -170,6 +170,9 @@ func TestCacheSaltInjection(t *testing.T) {
 	assert.Contains(t, body, `"n":1.50`, "other values pass byte for byte")
 	got, _ = cacheSalt(t, send(chat+"/", chatBody, a))
 	assert.Equal(t, saltA, got, "a trailing slash is the same endpoint: salted alike")
+	plain := map[string]string{"Authorization": bearer(keyA), "X-Session-ID": "s", "Content-Type": "text/plain"}
+	got, _ = cacheSalt(t, send(chat+"/", `{"model":"m","cache_salt":"mine","messages":[]}`, plain))
+	assert.Equal(t, saltA, got, "also with a non-JSON Content-Type, as without the slash")
 	saltB, _ := cacheSalt(t, send("/v1/completions", `{"model":"m","prompt":"x"}`, b))
 	assert.NotEqual(t, saltA, saltB, "tenants get different salts")
 	for _, salt := range []string{saltA, saltB} {
