@@ -339,6 +339,9 @@ func TestNoSessionRoutesWithoutBinding(t *testing.T) {
 	again := c.post("/v1/chat/completions", map[string]string{"X-Request-Id": "req-42"}, body)
 	assert.Equal(t, first.backend, again.backend, "same request key, same backend")
 	assert.False(t, again.hit)
+	for _, r := range []chatResult{first, again} {
+		assert.NotContains(t, r.header, gateway.HeaderOutcome, "no placement outcome without a session")
+	}
 	seen := map[string]bool{}
 	for range 30 {
 		seen[c.chat("", []msg{{Role: "user", Content: "y"}}).backend] = true

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -143,6 +144,71 @@ func TestRetryMovesLease(t *testing.T) {
 			require.NoError(t, err)
 			want[served] = 0
 			assert.Equal(t, want, c.outstanding(), "after the stream")
+		})
+	}
+}
+
+// startSessionless sends a streamed chat request without a session, hashed by requestID,
+// and returns the response once its headers and first chunk have arrived (a gated
+// cluster holds the rest).
+func (c *cluster) startSessionless(requestID string) *http.Response {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, c.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"fake-model","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(c.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(gateway.HeaderRequestID, requestID)
+	resp, err := c.client.Do(req)
+	require.NoError(c.t, err)
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	_, err = bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(c.t, err)
+	return resp
+}
+
+// A request without a session holds a lease on the backend it is hashed to (load only):
+// while it streams that backend's outstanding_requests is 1 and the others' 0; a retry
+// moves the lease to the backend that serves it; the response carries no
+// X-Agent-Serve-Outcome; nothing is bound or counted as a hit or miss; every load is 0 at
+// the end. (Before: outstanding 0 everywhere while it streamed, and the leak test did not
+// see such requests.)
+func TestSessionlessRequestsAreLeased(t *testing.T) {
+	for _, retried := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retried=%v", retried), func(t *testing.T) {
+			c, release := gatedCluster(t, 3, nil)
+			zero := map[string]float64{}
+			for id := range c.backends {
+				zero[id] = 0
+			}
+			hashed := c.post("/v1/chat/completions", map[string]string{gateway.HeaderRequestID: "req-7"},
+				[]byte(`{"model":"fake-model","max_tokens":8,"messages":[{"role":"user","content":"x"}]}`)) // not gated (8 decode steps take 8h at once)
+			require.Equal(t, http.StatusOK, hashed.status, "%s", hashed.body)
+			assert.Equal(t, zero, c.outstanding(), "the finished request released its lease")
+			if retried {
+				c.killBackend(hashed.backend) // the next attempt is refused there and retried
+			}
+
+			resp := c.startSessionless("req-7")
+			defer resp.Body.Close()
+			served := resp.Header.Get(gateway.HeaderBackend)
+			if retried {
+				assert.NotEqual(t, hashed.backend, served, "retried on another backend")
+			} else {
+				assert.Equal(t, hashed.backend, served, "the same key hashes to the same backend")
+			}
+			assert.Empty(t, resp.Header.Values(gateway.HeaderOutcome), "no outcome without a session")
+			assert.Equal(t, "false", resp.Header.Get(gateway.HeaderAffinityHit))
+			want := maps.Clone(zero)
+			want[served] = 1
+			assert.Equal(t, want, c.outstanding(), "in flight: leased on %s only", served)
+
+			release()
+			_, err := io.Copy(io.Discard, resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, zero, c.outstanding(), "after the stream")
+			assert.Zero(t, c.gw.Scheduler().Len(), "nothing bound")
+			mf := c.metrics()
+			assert.Zero(t, counter(mf, "agentserve_affinity_hits_total", nil)+counter(mf, "agentserve_affinity_misses_total", nil))
 		})
 	}
 }

@@ -56,8 +56,8 @@
 //     agentserve_extproc_served_elsewhere_total and logged at Debug, and the binding is
 //     left as it is (with one endpoint per answer it only differs if the proxy overrode
 //     the pick).
-//   - Leases: each pick is a Scheduler lease (AcquireWithParent, through
-//     gateway.Decide), released with the in-flight count above, so load-aware placement
+//   - Leases: each pick is a Scheduler lease (AcquireWithParent, or LeaseBackend for a
+//     request without a session, through gateway.Decide), released with the in-flight count above, so load-aware placement
 //     sees the picker's outstanding requests. The protocol's 429 is not used.
 //   - gRPC health: "", "liveness", "readiness" and
 //     "envoy.service.ext_proc.v3.ExternalProcessor" report SERVING while the server runs

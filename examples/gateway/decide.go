@@ -21,9 +21,11 @@ type Decision struct {
 	// Body is the request body to forward: the input, or a copy with vLLM's cache_salt
 	// set when tenant.cache_salt applies.
 	Body []byte
-	// Done ends the decision's lease (affinity.Scheduler.AcquireWithParent): call it
-	// once the response has ended or failed, so the backend's outstanding load drops.
-	// Idempotent and safe from any goroutine; never nil on success.
+	// Done ends the decision's lease (affinity.Scheduler.AcquireWithParent; for a
+	// request without a session, affinity.Scheduler.LeaseBackend on the backend it was
+	// hashed to): call it once the response has ended or failed, so the backend's
+	// outstanding load drops. Idempotent and safe from any goroutine; never nil on
+	// success.
 	Done func()
 }
 
@@ -58,7 +60,8 @@ var ErrRequest = errors.New("gateway: bad request")
 // a Content-Encoding other than identity, 400 for a malformed JSON body, an unknown tier, a session
 // ID too long or missing with require_session; 503 when no backend is eligible. The
 // Scheduler counts the decision (hit or miss) as for a proxied request. Safe for
-// concurrent use. The decision holds a lease on the backend until Decision.Done.
+// concurrent use. The decision holds a lease on the backend until Decision.Done, with
+// or without a session.
 func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
 	rt := g.state()
 	model, err := parseModel(r, body)

@@ -65,7 +65,9 @@
 //     require_session is set and the request is a generation call (POST to a path ending
 //     in /chat/completions, /completions, /responses or /messages); otherwise the request is routed like "affinity off" —
 //     rendezvous hashing over the X-Request-Id header (or a random key) among the
-//     candidates that are not Down, storing no binding and counting neither hit nor miss.
+//     candidates that are not Down, storing no binding and counting neither hit nor miss;
+//     the request is leased on that backend with affinity.Scheduler.LeaseBackend (load
+//     only, see "Load awareness") and its response carries no X-Agent-Serve-Outcome.
 //  7. Library errors become JSON errors: session ID too long or tier too long -> 400,
 //     no eligible backend -> 503.
 //
@@ -184,9 +186,14 @@
 //
 // Requests with a session are placed by affinity.Scheduler.Acquire (cost = request body
 // bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
-// same. The lease is released when the response body has been copied and closed — the
-// end of a JSON response or SSE stream, a client cancel, a backend error — with the usage
-// of the JSON body or of the last SSE chunk carrying one. A retry on another backend
+// same. Requests without a session are leased too, by affinity.Scheduler.LeaseBackend on
+// the backend they are hashed to: their load counts for load-aware placement and in
+// [MetricOutstandingRequests] and [MetricOutstandingCost], and nothing is bound or
+// counted as a hit or miss (Decision: no X-Agent-Serve-Outcome header for them, as
+// before: they have no placement outcome). The lease is released when the response body
+// has been copied and closed — the end of a JSON response or SSE stream, a client
+// cancel, a backend error — with the usage of the JSON body or of the last SSE chunk
+// carrying one. A retry on another backend
 // releases the failed attempt's lease first (Done with the attempt's error) and then
 // leases the backend it goes to, so its outstanding load and its usage are booked there,
 // and X-Agent-Serve-Backend, X-Agent-Serve-Affinity-Hit and X-Agent-Serve-Outcome describe

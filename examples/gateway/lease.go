@@ -27,15 +27,22 @@ import (
 // stream_options.include_usage). A retry on another backend releases the failed
 // attempt's lease (with the attempt's error) and leases the backend it goes to, so the
 // load and the usage are booked where the request is served (retryTarget, passive.go).
-// Requests without a session ID are hashed without a binding and hold no lease.
+// Requests without a session ID are hashed without a binding (route.choose) and leased
+// by affinity.Scheduler.LeaseBackend on the backend they are hashed to: their load
+// counts in the backends' outstanding load (placement, metrics) like any other, and
+// nothing is bound or counted as a hit or miss. Their leases end on the same paths.
 
 // HeaderOutcome carries the placement outcome of a request with a session: "hit",
 // "miss", "rebind" or "spill" (affinity.Outcome) — of the attempt that served the
 // response; absent for requests without a session.
 const HeaderOutcome = "X-Agent-Serve-Outcome"
 
-// setOutcome sets HeaderOutcome from st's current lease.
+// setOutcome sets HeaderOutcome from st's current lease; nothing for a request without a
+// session (its LeaseBackend lease is load only: no placement outcome to report).
 func (st *route) setOutcome(h http.Header) {
+	if st.session == "" {
+		return
+	}
 	st.mu.Lock()
 	var o affinity.Outcome
 	if st.lease != nil {
@@ -69,10 +76,11 @@ func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 	})
 }
 
-// acquireRetry leases b for a retry that keeps the session's binding: LeaseBackend, which
-// charges b and decides, stores, moves and breaks nothing (AffinityHit false, Outcome
-// miss, no hit or miss counted).
-func (st *route) acquireRetry(b *backend) (*backend, bool, error) {
+// leaseBackend leases b for a request the gateway routes itself — a request without a
+// session (hashed onto b), or a retry that keeps the session's binding — with
+// LeaseBackend, which charges b and decides, stores, moves and breaks nothing
+// (AffinityHit false, Outcome miss, no hit or miss counted).
+func (st *route) leaseBackend(b *backend) (*backend, bool, error) {
 	return st.lease1(func(l *affinity.Lease) error { return st.rt.sched.LeaseBackend(b.ab, st.cost, l) })
 }
 
@@ -308,9 +316,6 @@ func (b *leaseBody) Close() error {
 // wrapLease installs the lease-releasing body on resp (u: the usage of the JSON body
 // when the gateway has already read it, else nil).
 func wrapLease(st *route, resp *http.Response, u *usage) {
-	if st.session == "" {
-		return
-	}
 	mt, _ := mediaType(resp.Header.Get("Content-Type"))
 	b := &st.lb // one per request: modifyResponse runs once
 	b.ReadCloser, b.st, b.sse = resp.Body, st, mt == "text/event-stream"

@@ -83,21 +83,22 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // the backend, the session is placed again (Acquire: its binding was broken and it
 // rebinds, a miss). Otherwise the binding stays and only this request goes to the
 // session's next choice in HRW order among the other eligible backends (hit false,
-// nothing stored): one failure is not an outage. Either way a request with a session
-// then holds its lease on the backend returned, and the failed attempt's lease has been
-// released with cause, the attempt's error (lease.go); when no backend is found the
-// failed attempt keeps its lease (released when the request ends).
+// nothing stored): one failure is not an outage. Either way the request then holds its
+// lease on the backend returned (a request without a session too: LeaseBackend), and
+// the failed attempt's lease has been released with cause, the attempt's error
+// (lease.go); when no backend is found the failed attempt keeps its lease (released
+// when the request ends).
 func (g *Gateway) retryTarget(st *route, failed *backend, cause error) (*backend, bool, error) {
 	if g.outliers.isEjected(failed.id) {
 		st.endAttempt(cause)
 		return st.choose()
 	}
 	next, err := st.nextChoice(failed)
-	if err != nil || st.session == "" {
-		return next, false, err
+	if err != nil {
+		return nil, false, err
 	}
 	st.endAttempt(cause)
-	return st.acquireRetry(next)
+	return st.leaseBackend(next)
 }
 
 // nextChoice is the request's first choice in HRW order (by session ID, else by its key)

@@ -234,9 +234,9 @@ func routeFrom(ctx context.Context) *route {
 	return st
 }
 
-// choose picks the backend from the request's routing snapshot: the scheduler for
-// requests with a session, a one-off HRW pick over the request key (nothing stored)
-// otherwise.
+// choose picks the backend from the request's routing snapshot and leases the request
+// on it: the scheduler's Acquire for requests with a session, a one-off HRW pick over
+// the request key (nothing stored) leased by LeaseBackend otherwise.
 func (st *route) choose() (*backend, bool, error) {
 	rt := st.rt
 	cands, nodes := rt.byTier[st.tier], rt.tierNodes[st.tier]
@@ -258,7 +258,7 @@ func (st *route) choose() (*backend, bool, error) {
 			}
 		}
 		if i := best.Index(); i >= 0 {
-			return nodes[i], false, nil
+			return st.leaseBackend(nodes[i])
 		}
 	}
 	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
