@@ -149,8 +149,13 @@
 // the backend had closed (a connection error on a reused connection) is the benign
 // keep-alive race: it is retried once on the same backend and not counted. After a
 // counted failure the request goes, this once, to the session's next HRW choice among
-// the other eligible backends; the binding stays unless the failure ejected the backend,
-// in which case the session is placed again. Either way the retry is leased on the
+// the other eligible backends (Healthy, else Draining) — with affinity.load on, the
+// first of them in the session's HRW ranking whose load is under the balance bound (the
+// Scheduler's bounded-load rule applied to affinity.Scheduler.LoadView, the failed
+// backend left out), in plain HRW order when none is; a request without a session goes
+// to the next HRW choice of its key (Decision: its first attempt ignores load too). The
+// binding stays unless the failure ejected the backend, in which case the session is
+// placed again. Either way the retry is leased on the
 // backend it goes to (see "Load awareness") and the response headers describe that
 // attempt. Idle backend connections are closed after
 // backend_idle_conn_seconds (4 s, below the ~5 s keep-alive of vLLM's server).

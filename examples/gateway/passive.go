@@ -82,7 +82,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // retryTarget picks the backend a failed request is retried on. If the failure ejected
 // the backend, the session is placed again (Acquire: its binding was broken and it
 // rebinds, a miss). Otherwise the binding stays and only this request goes to the
-// session's next choice in HRW order among the other eligible backends (hit false,
+// session's next choice among the other eligible backends (nextChoice; hit false,
 // nothing stored): one failure is not an outage. Either way the request then holds its
 // lease on the backend returned (a request without a session too: LeaseBackend), and
 // the failed attempt's lease has been released with cause, the attempt's error
@@ -101,20 +101,33 @@ func (g *Gateway) retryTarget(st *route, failed *backend, cause error) (*backend
 	return st.leaseBackend(next)
 }
 
-// nextChoice is the request's first choice in HRW order (by session ID, else by its key)
-// among the eligible backends of its tier other than failed: Healthy ones, else Draining.
+// nextChoice is the backend a retry that keeps the binding goes to, among the eligible
+// backends of the request's tier other than failed: the Healthy ones, else the
+// Draining ones. Plain HRW order by the session ID (by the request's key without a
+// session) picks the first of them, except that with the scheduler's load block on
+// (affinity.load.balance_factor > 0) a request with a session takes the first backend
+// of its HRW ranking that is under the balance bound (underBound), and the plain HRW
+// choice only when none is.
 func (st *route) nextChoice(failed *backend) (*backend, error) {
 	key := st.key
+	loadAware := false
 	if st.session != "" {
 		key = st.session
+		loadAware = st.rt.cfg.Affinity.Load.BalanceFactor > 0
 	}
 	nodes := st.rt.tierNodes[st.tier]
 	hs := st.rt.sched.Health()
 	var best hrw.Best
 	for _, want := range []health.State{health.Healthy, health.Draining} {
+		eligible := func(b *backend) bool { return b.id != failed.id && hs.State(b.id) == want }
+		if loadAware {
+			if b := st.underBound(key, nodes, eligible); b != nil {
+				return b, nil
+			}
+		}
 		best.Reset(hrw.KeyHash(key))
 		for i, b := range nodes {
-			if b.id != failed.id && hs.State(b.id) == want {
+			if eligible(b) {
 				best.Offer(i, &b.node)
 			}
 		}
@@ -123,6 +136,51 @@ func (st *route) nextChoice(failed *backend) (*backend, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
+}
+
+// underBound is the first backend of key's HRW ranking among the eligible nodes whose load
+// is under the balance bound, nil when none is (or none is eligible). It applies the
+// Scheduler's bounded-load rule (affinity package documentation, "Load awareness", rule
+// 15) to the load view the Scheduler's own placements use (affinity.Scheduler.LoadView,
+// read once per backend): with n eligible backends of total load L and this request's
+// charge c (its cost, 0 counted as 1, at most affinity.MaxLeaseCost, as LeaseBackend
+// charges it), a backend is under the bound when it is idle (load 0) or when load + c <=
+// balance_factor x (L + c) / n. Deterministic for a given load view. Cost: one LoadView
+// per eligible backend and one HRW score per backend under the bound; allocates only for
+// tiers of more than 16 backends.
+func (st *route) underBound(key string, nodes []*backend, eligible func(*backend) bool) *backend {
+	var buf [16]int64
+	loads := buf[:0]
+	if len(nodes) > len(buf) {
+		loads = make([]int64, 0, len(nodes))
+	}
+	var n int
+	var total int64
+	for _, b := range nodes {
+		l := int64(-1) // not eligible
+		if eligible(b) {
+			l = st.rt.sched.LoadView(b.id)
+			n++
+			total += l // at most MaxLoadView (2^46) each: no overflow below 2^17 backends
+		}
+		loads = append(loads, l)
+	}
+	if n == 0 {
+		return nil
+	}
+	charge := min(max(st.cost, 1), affinity.MaxLeaseCost)
+	limit := st.rt.cfg.Affinity.Load.BalanceFactor * float64(total+charge) / float64(n)
+	var best hrw.Best
+	best.Reset(hrw.KeyHash(key))
+	for i, b := range nodes {
+		if l := loads[i]; l == 0 || l > 0 && float64(l+charge) <= limit {
+			best.Offer(i, &b.node)
+		}
+	}
+	if i := best.Index(); i >= 0 {
+		return nodes[i]
+	}
+	return nil
 }
 
 // passiveFailure records a failed attempt on b for outlier detection and reports
