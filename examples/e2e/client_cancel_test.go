@@ -115,8 +115,9 @@ func TestClientCancelIsNotABackendFailure(t *testing.T) {
 	assert.Empty(t, c.gw.PassivelyDown(), "no failure counted")
 }
 
-// A backend that dies mid-stream is a backend failure: one WARN naming the backend, and the
-// client sees its stream cut.
+// A backend that dies mid-stream is a backend failure: one WARN naming the backend, the
+// client sees its stream cut, and the request counts as code_class backend_closed (before:
+// 2xx, as if it had been served).
 func TestBackendDeathMidStreamWarns(t *testing.T) {
 	c, _ := gatedCluster(t, 2, nil)
 	resp := c.startChat(context.Background(), "dies", true, 20000)
@@ -131,4 +132,5 @@ func TestBackendDeathMidStreamWarns(t *testing.T) {
 	require.Len(t, warns, 1, "%q", warns)
 	assert.Contains(t, warns[0], "backend response body read failed")
 	assert.Contains(t, warns[0], "backend="+served)
+	assert.Equal(t, map[string]float64{"backend_closed": 1}, c.requestsTotal())
 }

@@ -131,10 +131,21 @@
 // success_threshold successes -> Healthy again).
 //
 // Passive (outlier.go, passive.go, timeouts.go): outlier detection modelled on Envoy's.
-// Every attempt's outcome is recorded per backend: a response below 500 resets the
-// streaks; a 5xx extends the 5xx streak; a connection failure on a fresh connection, a
-// dial or response-header timeout, or a stream silent for stream_idle_seconds extends the
-// connection-failure streak. A streak reaching its threshold within window_seconds ejects
+// Every attempt's outcome is recorded per backend, once: a response below 500 resets the
+// streaks when its body ends (read to its end, or closed early by the client or the
+// gateway); a 5xx extends the 5xx streak when its headers arrive; a connection failure on
+// a fresh connection, a dial or response-header timeout, a stream silent for
+// stream_idle_seconds, or a response body the backend cuts (closed or reset after the
+// headers, before the end that its Content-Length or chunked framing announces, while
+// the client is still there) extends the connection-failure streak.
+// Decision on cut bodies: a backend that dies mid-response has failed that request, as
+// HAProxy's "SD" termination state and nginx's "upstream prematurely closed connection"
+// say; the streak is reset only by a response served to its end (not by its headers),
+// or a backend that cuts every stream after a 200 would never be ejected. The end is
+// the HTTP framing's: a body without either (closed by the backend to end it, HTTP/1.0
+// style) ends cleanly at the close, and the SSE payload is not parsed for a terminator
+// (OpenAI's "data: [DONE]" is not sent by every API: the Responses and Messages streams
+// end otherwise). A streak reaching its threshold within window_seconds ejects
 // the backend ([affinity.Scheduler.OnBackendDown]: bindings broken with reason "down")
 // for base_ejection_seconds x the number of its ejections, capped at
 // max_ejection_seconds, unless max_ejection_percent of the backends are ejected already.
@@ -202,7 +213,9 @@
 // releases the failed attempt's lease first (Done with the attempt's error) and then
 // leases the backend it goes to, so its outstanding load and its usage are booked there,
 // and X-Agent-Serve-Backend, X-Agent-Serve-Affinity-Hit and X-Agent-Serve-Outcome describe
-// the attempt that served the response. A retry that keeps the session's binding (the
+// the attempt that served the response. A lease whose request failed ends with the
+// error — a body the backend cut, a stall, a 502 or 504 answered by the gateway — so
+// Done books no usage for it. A retry that keeps the session's binding (the
 // failure did not eject the backend) is leased by affinity.Scheduler.LeaseBackend on
 // the backend it goes to: no decision, nothing stored, moved, broken or counted; it is
 // reported as Outcome "miss" and AffinityHit false; a retry after an ejection is placed again on the request's own tier (usually a miss: the
@@ -232,10 +245,18 @@
 // stream cancelled mid-body, its 200 already sent), so a cancel counts the same whether
 // or not the headers had gone out. A client going away is not a backend failure: it is
 // logged at Debug at most and never counted for outlier detection. A response the
-// backend cuts mid-body (a reset, a close) keeps its status's class and is logged at Warn
-// with the backend ("backend response body read failed"); a stalled one is counted as a
-// connection failure (stream_idle_seconds). The ReverseProxy's own log line ("read error
-// during body copy", which names no backend) goes to Debug.
+// backend cuts mid-body (a reset, a close before the end of the body) while it is being
+// forwarded counts as code_class backend_closed (source backend), is logged once at Warn
+// with the backend ("backend response body read failed") and counts as a connection
+// failure for outlier detection (see "Health"); so does one the gateway cuts because
+// the backend went silent for stream_idle_seconds (logged as "backend stream stalled").
+// A JSON body the gateway reads whole (inject_metadata) and the backend cuts or stalls
+// is answered 502 or 504 by the gateway (5xx, source gateway), with that one Warn line
+// only. The ReverseProxy's own
+// log line ("read error during body copy", which names no backend) goes to Debug.
+// Decision: backend_closed beside client_closed rather than the status's class, so a
+// truncated answer is not counted as served (a dashboard's 2xx ratio) and is told apart
+// from a client's cancel.
 //
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every

@@ -6,21 +6,32 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
+// proxyError answers a request whose backend failed before its response was forwarded
+// (the ReverseProxy's ErrorHandler): a JSON 502 or 504 naming the backend of the last
+// attempt, whose lease ends with err. It logs one Warn line with the backend, unless err
+// is a warnedError (logged already where it happened: Debug here) or the client went
+// away (nothing is answered or logged).
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil { // the client went away
 		return
 	}
 	if st := routeFrom(r.Context()); st != nil {
 		b, hit := st.current()
+		st.release(usage{}, err)
 		w.Header().Set(HeaderBackend, b.id)
 		w.Header().Set(HeaderAffinityHit, strconv.FormatBool(hit))
-		g.log.Warn("backend request failed", "backend", b.id, "err", err)
+		level := slog.LevelWarn
+		if errors.As(err, new(warnedError)) {
+			level = slog.LevelDebug
+		}
+		g.log.Log(r.Context(), level, "backend request failed", "backend", b.id, "err", err)
 		status, code := proxyStatus(err)
 		writeError(w, status, code, fmt.Sprintf("backend %q: %v", b.id, err))
 		return
@@ -28,6 +39,14 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	status, code := proxyStatus(err)
 	writeError(w, status, code, err.Error())
 }
+
+// warnedError is a backend failure already logged at Warn with its backend where it was
+// seen — a failed read of the response body ("backend response body read failed") or a
+// stall ("backend stream stalled") — so that one event makes one Warn line.
+type warnedError struct{ error }
+
+// Unwrap returns the failure.
+func (e warnedError) Unwrap() error { return e.error }
 
 // proxyStatus maps a failed backend request to a status: 504 backend_timeout for a
 // timeout (response headers, dial), 502 backend_unavailable otherwise.

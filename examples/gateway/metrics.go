@@ -14,9 +14,13 @@ import (
 const (
 	// MetricRequests counts proxied-path requests by code_class ("2xx" .. "5xx": the class
 	// of the status sent; "client_closed" when the client went away before the response
-	// ended, before any answer or after the headers, e.g. a stream cancelled mid-body) and
-	// source ("backend": the backend's status; "gateway": an error the gateway generated,
-	// e.g. 502, 503, 504). A response the backend cut mid-body keeps its status's class.
+	// ended, before any answer or after the headers, e.g. a stream cancelled mid-body;
+	// "backend_closed" when the response ended early by the backend's fault after its
+	// headers: the backend closed or reset the connection before the end of the body, e.g.
+	// a stream whose backend died, or went silent for stream_idle_seconds and the gateway
+	// cut it) and source ("backend": the
+	// backend's status; "gateway": an error the gateway generated, e.g. 502, 503, 504;
+	// backend_closed is always "backend").
 	MetricRequests = "agentserve_gateway_requests_total"
 	// MetricBackendUp is 1 for a backend that can take requests (Healthy or Draining),
 	// 0 for one that is Down or ejected; label backend (configured backends only).
@@ -44,9 +48,9 @@ var backendStates = [...]string{"healthy", "draining", "down", "ejected"}
 func (g *Gateway) registerGatewayMetrics() error {
 	g.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricRequests,
-		Help: "Requests on proxied paths by status class (2xx..5xx, client_closed) and source (backend, gateway).",
+		Help: "Requests on proxied paths by status class (2xx..5xx, client_closed, backend_closed) and source (backend, gateway).",
 	}, []string{"code_class", "source"})
-	for _, c := range []string{"2xx", "4xx", "5xx"} { // dashboards see 0, not a missing series
+	for _, c := range []string{"2xx", "4xx", "5xx", "backend_closed"} { // dashboards see 0, not a missing series
 		g.requests.WithLabelValues(c, "backend")
 	}
 	g.requests.WithLabelValues("4xx", "gateway")
@@ -154,6 +158,7 @@ type outcomeWriter struct {
 	gateway bool
 	copying bool // the ReverseProxy is answering (set around its ServeHTTP)
 	gone    bool // the client went away before the response ended (a write or flush failed, or its context ended mid-copy)
+	cut     bool // the backend cut or stalled the response body after its headers (route.cut)
 }
 
 // WriteHeader records the first final status and passes it on.
@@ -194,8 +199,11 @@ func (w *outcomeWriter) Flush() { _ = w.FlushError() }
 func (w *outcomeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // codeClasses are the code_class values of MetricRequests by index: 1xx..5xx at 1..5,
-// client_closed at 0.
-var codeClasses = [...]string{"client_closed", "1xx", "2xx", "3xx", "4xx", "5xx"}
+// client_closed at 0, backend_closed at classBackendClosed.
+var codeClasses = [...]string{"client_closed", "1xx", "2xx", "3xx", "4xx", "5xx", "backend_closed"}
+
+// classBackendClosed is the index of backend_closed in codeClasses.
+const classBackendClosed = 6
 
 // outcomeCounters caches the children of MetricRequests by code class and source, so
 // that counting a request neither builds a label string nor hashes label values (the
@@ -223,13 +231,19 @@ func (o *outcomeCounters) get(ci int, gateway bool) prometheus.Counter {
 	return cell.c
 }
 
-// countOutcome adds the request to MetricRequests: the class of the status sent, or
-// client_closed when the client went away before the response ended — before any status,
-// or after it (a stream cancelled mid-body), so that a cancel counts the same whether or
-// not the headers had gone out. 0 allocs.
+// countOutcome adds the request to MetricRequests: backend_closed when the backend cut
+// or stalled the body of the response being forwarded (seen before the client left: the
+// cut is what ended it), else the class of the status sent, or client_closed when the client went
+// away before the response ended — before any status, or after it (a stream cancelled
+// mid-body), so that a cancel counts the same whether or not the headers had gone out.
+// A cut the gateway answered itself (a JSON body read whole to inject metadata: a 502 or
+// 504) counts as that answer. 0 allocs.
 func (g *Gateway) countOutcome(w *outcomeWriter) {
 	ci := 0 // client_closed
-	if w.code >= 100 && w.code < 600 && !w.gone {
+	switch {
+	case w.cut && !w.gateway:
+		ci = classBackendClosed
+	case w.code >= 100 && w.code < 600 && !w.gone:
 		ci = w.code / 100
 	}
 	g.outcomes.get(ci, w.gateway).Inc()

@@ -17,10 +17,12 @@ import (
 // placements avoid it and its bindings are broken with reason "down" — when within
 // window_seconds it fails consecutive_connect_failures requests in a row at the
 // connection level (refused or reset on a fresh connection, dial or response-header
-// timeout, a stalled stream) or answers consecutive_5xx requests in a row with a 5xx
-// status. Any response below 500 resets both streaks. Connection problems on a reused
-// keep-alive connection are not counted (see [IsConnectError] and the retry rules in the
-// package doc).
+// timeout, a stalled stream, a response body the backend cuts before its end) or answers
+// consecutive_5xx requests in a row with a 5xx status. Any response below 500 resets both
+// streaks once its body has ended without a failure of the backend's (read to its end,
+// or closed early by the client). Connection problems on a reused keep-alive connection
+// before any response byte are not counted (see [IsConnectError] and the retry rules in
+// the package doc).
 type OutlierConfig struct {
 	// Enabled turns ejection on; nil (omitted) means true. With false no backend is ever
 	// ejected and failures only fail the request.
@@ -101,7 +103,7 @@ func (o OutlierConfig) validate() error {
 type failureKind int
 
 const (
-	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts, stalled stream
+	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts, stalled or cut body
 	status5xx                         // a response with status >= 500
 )
 
@@ -154,7 +156,8 @@ func maxEjected(rt *routing) int {
 	return max(1, n*rt.cfg.OutlierDetection.MaxEjectionPercent/100)
 }
 
-// success records a response below 500: both streaks end.
+// success records a response below 500 whose body ended without a backend failure: both
+// streaks end.
 func (o *outliers) success(id string) {
 	o.mu.Lock()
 	if s := o.state[id]; s != nil {

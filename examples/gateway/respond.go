@@ -57,8 +57,13 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	if err != nil {
+		// The read error was logged at Warn with the backend where it happened (idleBody,
+		// or the stall timer) unless the client went away: proxyError answers it without
+		// a second line. The lease ends here, with the error.
 		pool.Put(data)
-		return fmt.Errorf("gateway: reading backend response: %w", err)
+		err = fmt.Errorf("gateway: reading backend response: %w", err)
+		st.release(usage{}, err)
+		return warnedError{err}
 	}
 	_ = resp.Body.Close()
 	out := pool.Get()[:0]

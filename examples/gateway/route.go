@@ -41,7 +41,11 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if w.copying && r.Context().Err() != nil {
 			w.gone = true
 		}
-		if w.gone {
+		// The backend cut or stalled the body while the client was still there (idleBody,
+		// attemptTimer): a backend failure, logged at Warn where it was seen; the client's
+		// context may have ended since, as the aborted response closes its connection.
+		w.cut = st.cut.Load()
+		if w.gone && !w.cut {
 			if b, _ := st.current(); b != nil {
 				g.log.Debug("client went away mid-response", "backend", b.id, "status", w.code)
 			}
@@ -200,6 +204,7 @@ type route struct {
 	retried bool
 
 	reserved atomic.Int64    // bytes charged to the in-flight budget (limits.go)
+	cut      atomic.Bool     // the backend cut or stalled the response body (idleBody, attemptTimer): code_class backend_closed
 	lease    *affinity.Lease // of the current attempt (lease.go); nil before the first
 	cost     int64           // Acquire cost: body bytes / 4
 	lease0   affinity.Lease  // the first attempt's Lease (retries allocate their own)

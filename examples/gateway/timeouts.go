@@ -144,7 +144,7 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 // attempt's context when closed. The error wraps [ErrBackendTimeout] on a timeout.
 func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
-	at := &attemptTimer{g: g, backend: b.id, cancel: cancel, start: time.Now(),
+	at := &attemptTimer{g: g, backend: b.id, cancel: cancel, start: time.Now(), cut: &st.cut,
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
 	a := &at.info // one allocation for both
 	at.arm()
@@ -169,10 +169,12 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		cancel(nil)
 		return nil, a, at.fired
 	}
+	// A 5xx is a failure now; any other response's outcome is recorded when its body ends
+	// (idleBody): a success at its end, a connection failure if the backend cuts it or
+	// stalls — one outcome per attempt (attemptTimer.recorded).
 	if resp.StatusCode >= 500 {
+		at.recorded.Store(true)
 		g.outliers.failure(b.id, status5xx, fmt.Errorf("HTTP %d", resp.StatusCode))
-	} else {
-		g.outliers.success(b.id)
 	}
 	at.rd = idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at} // no allocation of its own
 	resp.Body = &at.rd
@@ -200,6 +202,8 @@ type attemptTimer struct {
 	hdr, idle time.Duration
 	start     time.Time    // monotonic reference of readStart
 	readStart atomic.Int64 // 1 + ns since start when the waiting Read began; 0: no Read waiting
+	recorded  atomic.Bool  // the attempt's outcome went to outlier detection (once per attempt)
+	cut       *atomic.Bool // the request's route.cut: set when the backend cuts or stalls the body
 
 	mu    sync.Mutex
 	t     *time.Timer
@@ -269,7 +273,8 @@ func (at *attemptTimer) fire() {
 			at.ended, at.fired = true, terr
 			at.mu.Unlock()
 			at.g.log.Warn("backend stream stalled", "backend", at.backend, "idle", at.idle)
-			at.g.outliers.failure(at.backend, connectFailure, terr) // before the cut is visible
+			at.cut.Store(true)
+			at.fail(terr) // before the cut is visible
 			at.cancel(terr)
 			return
 		}
@@ -277,6 +282,22 @@ func (at *attemptTimer) fire() {
 	}
 	at.t.Reset(wait)
 	at.mu.Unlock()
+}
+
+// succeed records the attempt as a success for outlier detection unless its outcome was
+// recorded already (a 5xx, a cut, a stall).
+func (at *attemptTimer) succeed() {
+	if at.recorded.CompareAndSwap(false, true) {
+		at.g.outliers.success(at.backend)
+	}
+}
+
+// fail records the attempt as a connection failure for outlier detection unless its
+// outcome was recorded already.
+func (at *attemptTimer) fail(cause error) {
+	if at.recorded.CompareAndSwap(false, true) {
+		at.g.outliers.failure(at.backend, connectFailure, cause)
+	}
 }
 
 // idleBody is a response body under its attempt's stream-idle bound (attemptTimer).
@@ -290,18 +311,23 @@ type idleBody struct {
 	warned bool // the backend's read error was logged
 }
 
-// Read reads from the backend's body with the idle bound applied. A read that fails
-// returns, by cause: the stream-idle bound's error (logged and counted by the timer);
-// exactly context.Canceled when the client went away (the request's context is done and
-// the connection was closed for it: not a backend failure, and httputil.ReverseProxy logs
-// no read error that is context.Canceled); otherwise the backend's own error, logged
-// once at Warn with the backend named. None of these counts for outlier detection here
-// (a stall is counted by the timer).
+// Read reads from the backend's body with the idle bound applied. At io.EOF (the body
+// ended as its framing says: Content-Length reached, last chunk read) the attempt counts
+// as a success for outlier detection. A read that fails returns, by cause: the
+// stream-idle bound's error (logged and counted by the timer); exactly context.Canceled
+// when the client went away (the request's context is done and the connection was
+// closed for it: not a backend failure, and httputil.ReverseProxy logs no read error
+// that is context.Canceled); otherwise the backend's own error — it cut the body (reset,
+// or closed before the end of the body) — logged once at Warn with the backend named,
+// counted as one connection failure for outlier detection, and marked on the request's
+// route for its metrics (code_class backend_closed).
 func (b *idleBody) Read(p []byte) (int, error) {
 	b.at.beginRead()
 	n, err := b.rc.Read(p)
 	b.at.endRead()
-	if err != nil && err != io.EOF {
+	if err == io.EOF {
+		b.at.succeed()
+	} else if err != nil {
 		err = b.readError(err)
 	}
 	return n, err
@@ -312,6 +338,8 @@ func (b *idleBody) readError(err error) error {
 		if !b.warned {
 			b.warned = true
 			b.at.g.log.Warn("backend response body read failed", "backend", b.at.backend, "err", err)
+			b.at.cut.Store(true)
+			b.at.fail(err)
 		}
 		return err
 	}
@@ -345,7 +373,11 @@ func (e *timeoutError) Timeout() bool { return true }
 func (e *timeoutError) Temporary() bool { return false }
 
 // Close stops the timer, closes the backend's body and releases the attempt's context.
+// A body closed before its end with no failure of the backend's (the client went away,
+// or the proxy stopped copying) counts as a success: its headers came, nothing says the
+// backend failed.
 func (b *idleBody) Close() error {
+	b.at.succeed()
 	b.at.stop()
 	err := b.rc.Close()
 	b.cancel(nil)

@@ -112,6 +112,13 @@ func TestAttemptBoundsShareOneTimer(t *testing.T) {
 			} else {
 				assert.Empty(t, g.PassivelyDown())
 			}
+			front.Close() // waits for the handler
+			switch {
+			case tt.wantCut:
+				assert.Equal(t, map[string]float64{"backend_closed/backend": 1}, requestsByClass(t, g), "a stream cut for a stall")
+			case tt.wantStatus == 200:
+				assert.Equal(t, map[string]float64{"2xx/backend": 1}, requestsByClass(t, g))
+			}
 		})
 	}
 }
