@@ -5,7 +5,8 @@
 // ModifyResponse, ErrorHandler) and is meant to be read and copied as much as run.
 //
 // It is not a production load balancer: no TLS termination, no authentication, no
-// per-client rate limiting (only global in-flight caps), no load-aware spill-over.
+// per-client rate limiting (only global in-flight caps). Load-aware placement and spill
+// come from the Scheduler's load block (affinity.load), off unless configured.
 //
 // # Routing a request
 //
