@@ -276,11 +276,13 @@
 // and checks an idle connection with a non-blocking peek before reusing it, so one the
 // backend closed (restart, keep-alive expiry) is dropped before a non-replayable POST is
 // written to it. Decisions where net/http would differ: no HTTP/2 and no proxy from the
-// environment on this path (https:// backends, Upgrade and Expect: 100-continue requests
-// go through a net/http.Transport). Kept the same as net/http: response headers are
+// environment on this path (https:// backends and Upgrade requests go through a
+// net/http.Transport). Kept the same as net/http: response headers are
 // capped at 10 MiB (its MaxResponseHeaderBytes default; more is a 502); 1xx responses
 // (103 Early Hints) are forwarded to the client through ReverseProxy's Got1xxResponse
-// hook, at most 100 per request (net/http sets no count; more is a 502); a response the
+// hook, at most 100 per request (net/http sets no count; more is a 502; a client's
+// Expect: 100-continue is answered by the gateway alone, once, when it reads the body,
+// and Expect is not forwarded, so the backend sends no second 100); a response the
 // backend sent before reading the whole request body (401, 413) is forwarded even though
 // writing the body failed (waiting at most 50 ms for it; net/http.Transport forwards it
 // only when its read goroutine wins the race with the failed write, about half the time

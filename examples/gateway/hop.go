@@ -47,8 +47,9 @@ type idleTransport interface {
 // only once its response body was read to the end. An idle connection is checked
 // before reuse with a non-blocking peek (one system call), so a connection the backend
 // closed while idle is dropped rather than written to — the check net/http.Transport's
-// per-connection read goroutine does. HTTPS backends, protocol upgrades and
-// Expect: 100-continue requests go through the fallback (a net/http.Transport).
+// per-connection read goroutine does. HTTPS backends and protocol upgrades go through
+// the fallback (a net/http.Transport). An Expect header is written as is, without
+// waiting for a 100 (the gateway removes Expect in rewrite: it has the whole body).
 // Safe for concurrent use.
 type directTransport struct {
 	dialer      net.Dialer
@@ -102,7 +103,7 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // request was written. The gateway's attempt calls it directly, which saves composing a
 // ClientTrace into the request context (an allocation and a context per attempt).
 func (t *directTransport) roundTrip(req *http.Request, a *attemptInfo) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" || req.Header.Get("Expect") != "" {
+	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
 		if a != nil {
 			req = req.WithContext(a.traced(req.Context()))
 		}

@@ -16,6 +16,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	b, _ := st.current()
 	pr.SetURL(b.url)
 	pr.SetXForwarded()
+	// The body is already read in full (the gateway answered the client's Expect:
+	// 100-continue itself, when it read it): asking the backend for a 100 as well would
+	// relay a second "100 Continue" to the client. Canonical key: no canonicalization.
+	delete(pr.Out.Header, "Expect")
 	if len(st.body) > 0 {
 		// ReverseProxy wraps the body in a reader net/http does not recognize as
 		// in-memory, which makes the Transport flush the headers before the body: two
