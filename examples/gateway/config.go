@@ -30,7 +30,7 @@ var (
 	ErrBackendWeight    = errors.New("gateway: bad backend weight")                           // negative, NaN, Inf or out of hrw's range
 	ErrListenAddress    = errors.New("gateway: bad listen address")                           // not host:port with port 0..65535
 	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")                           // <= 0 after defaults
-	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token
+	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token, or Host, Content-Length or a hop-by-hop header
 	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
 	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value, or a tier name over 255 bytes
@@ -45,6 +45,14 @@ var (
 	ErrMetricsExporter    = errors.New("gateway: bad metrics.exporter") // not "prometheus" or "otel"
 	ErrBackendClient      = errors.New("gateway: bad backend_client")   // not "direct" or "nethttp"
 	ErrTenantConfig       = errors.New("gateway: bad tenant config")    // e.g. cache_salt without a tenant source
+	// ErrNoSessionHeaders: session_headers is an empty list (no request would carry a
+	// session; omit the key for the defaults, or set affinity.sticky_ttl_seconds: 0).
+	ErrNoSessionHeaders = errors.New("gateway: empty session_headers")
+	// ErrHeaderConflict: tier_header is also a session, parent-session or tenant header.
+	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
+	// ErrBindingSnapshot: binding_snapshot names a directory, or its directory does not
+	// exist or does not take a new file (checked by [New] and [Gateway.Reload]).
+	ErrBindingSnapshot = errors.New("gateway: bad binding_snapshot")
 )
 
 // Defaults applied by [Config.WithDefaults] (and so by [ParseConfig], [LoadConfig] and [New]).
@@ -109,7 +117,12 @@ type Config struct {
 	// Backends are the inference servers. At least one is required.
 	Backends []BackendConfig `yaml:"backends"`
 	// SessionHeaders are checked in order; the first present, non-empty one carries the
-	// session ID. Nil means [DefaultSessionHeaders].
+	// session ID. Nil means [DefaultSessionHeaders]; an empty list is
+	// [ErrNoSessionHeaders] (no request would carry a session: affinity would be off
+	// without a word; affinity.sticky_ttl_seconds: 0 is the way to turn it off). Host,
+	// Content-Length and hop-by-hop headers (Connection, Transfer-Encoding, ...) are
+	// [ErrHeaderName]: net/http keeps Host and Transfer-Encoding out of the header map,
+	// and the others describe the connection or the body, not a session.
 	SessionHeaders []string `yaml:"session_headers"`
 	// ParentSessionHeaders are checked in order for a parent session ID; the first
 	// present, non-empty one is the placement hint of a session's first turn
@@ -117,6 +130,8 @@ type Config struct {
 	// [DefaultParentSessionHeaders]; an empty list turns parent placement off.
 	ParentSessionHeaders []string `yaml:"parent_session_headers"`
 	// TierHeader names the request header that selects a tier. Default X-Agent-Serve-Tier.
+	// The same header as one of SessionHeaders, ParentSessionHeaders or Tenant.Header is
+	// [ErrHeaderConflict] (its values would be taken for tier names: 400 unknown_tier).
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
 	ModelTiers map[string]string `yaml:"model_tiers"`
@@ -146,7 +161,11 @@ type Config struct {
 	// BindingSnapshot is a file path: [Gateway.Serve] saves the binding table there on
 	// shutdown and loads it on start, so a restart keeps every session on its backend
 	// (format: affinity.SnapshotMagic, see affinity.Table.Snapshot). "" turns it off.
-	// Not needed with a shared (Redis) binding store.
+	// Not needed with a shared (Redis) binding store. [New] and [Gateway.Reload] check
+	// that its directory exists and takes a new file (they create and remove a temporary
+	// file there) and that the path is not a directory, so a bad path is
+	// [ErrBindingSnapshot] at start or reload rather than bindings lost at shutdown;
+	// [Config.Validate] does no I/O and does not check it.
 	BindingSnapshot string `yaml:"binding_snapshot"`
 	// InjectMetadata inserts the "x_agent_serve" object into non-streaming JSON
 	// responses (which means reading each one whole and checking it is a JSON object).

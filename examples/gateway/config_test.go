@@ -108,6 +108,18 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad tier header", "tier_header: 'a:b'\n" + minimal, gateway.ErrHeaderName, []string{"tier_header", "a:b", "not a valid HTTP header name", "RFC 9110 token"}},
 		{"bad parent session header", "parent_session_headers: [X-Parent, 'bad header']\n" + minimal, gateway.ErrHeaderName, []string{`parent_session_headers[1]: "bad header"`, "not a valid HTTP header name", "RFC 9110 token"}},
 		{"bad tenant header", "tenant: {header: 'x/y'}\n" + minimal, gateway.ErrHeaderName, []string{`tenant.header: "x/y"`, "not a valid HTTP header name", "RFC 9110 token"}},
+		{"empty session headers", "session_headers: []\n" + minimal, gateway.ErrNoSessionHeaders, []string{"session_headers: empty list", "affinity would be off", "X-Session-ID", "sticky_ttl_seconds: 0"}},
+		{"Host as session header", "session_headers: [Host]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[0]: "Host"`, "never matches"}},
+		{"Connection as session header", "session_headers: [X-Session-ID, connection]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[1]: "connection"`, "hop-by-hop"}},
+		{"Transfer-Encoding as session header", "session_headers: [Transfer-Encoding]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[0]: "Transfer-Encoding"`, "never matches"}},
+		{"Content-Length as session header", "session_headers: [Content-Length]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[0]: "Content-Length"`, "body's length"}},
+		{"TE as parent session header", "parent_session_headers: [TE]\n" + minimal, gateway.ErrHeaderName, []string{`parent_session_headers[0]: "TE"`, "hop-by-hop"}},
+		{"Host as tier header", "tier_header: host\n" + minimal, gateway.ErrHeaderName, []string{`tier_header: "host"`, "never matches"}},
+		{"Upgrade as tenant header", "tenant: {header: Upgrade}\n" + minimal, gateway.ErrHeaderName, []string{`tenant.header: "Upgrade"`, "hop-by-hop"}},
+		{"tier header is a default session header", "tier_header: x-session-id\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "x-session-id" is also session_headers[0]`, "unknown_tier"}},
+		{"tier header is a session header", "session_headers: [A, B]\ntier_header: b\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "b" is also session_headers[1]`}},
+		{"tier header is a parent session header", "tier_header: X-Parent-Session-ID\n" + minimal, gateway.ErrHeaderConflict, []string{"is also parent_session_headers[0]"}},
+		{"tier header is the tenant header", "tier_header: X-Tenant\ntenant: {header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{"is also tenant.header"}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
 		{"budget without room for the salted copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "tenant.cache_salt"}},
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},
@@ -143,6 +155,61 @@ func TestParseConfigAffinityDecodeErrorsSayInvalidOnce(t *testing.T) {
 		assert.ErrorIs(t, err, affinity.ErrInvalidConfig, doc)
 		assert.Equal(t, 1, strings.Count(err.Error(), "invalid config"), "%s: %v", doc, err)
 		assert.True(t, strings.HasPrefix(err.Error(), "gateway: invalid config: affinity: "), "%s: %v", doc, err)
+	}
+}
+
+// session_headers omitted or null takes the defaults; parent_session_headers: [] is off
+// (an empty session_headers is an error, above).
+func TestParseConfigHeaderLists(t *testing.T) {
+	for _, doc := range []string{minimal, "session_headers: ~\n" + minimal, "session_headers:\n" + minimal} {
+		cfg, err := gateway.ParseConfig([]byte(doc))
+		require.NoError(t, err, doc)
+		assert.Equal(t, gateway.DefaultSessionHeaders(), cfg.SessionHeaders, doc)
+	}
+	cfg, err := gateway.ParseConfig([]byte("parent_session_headers: []\n" + minimal))
+	require.NoError(t, err)
+	assert.Empty(t, cfg.ParentSessionHeaders)
+	_, err = gateway.New(gateway.Config{Backends: []gateway.BackendConfig{{ID: "a", URL: "http://h:1"}}, SessionHeaders: []string{}})
+	assert.ErrorIs(t, err, gateway.ErrNoSessionHeaders, "an empty (not nil) list given in code")
+}
+
+// binding_snapshot is checked where the bindings will be written, at start: a missing
+// directory, a file as the directory, or a directory as the path is refused with the
+// key named; a good path leaves no file behind.
+func TestNewChecksBindingSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	tests := []struct {
+		name, path string
+		contains   []string // "" path: no error
+	}{
+		{"missing directory", filepath.Join(dir, "nonexistent", "x.snap"), []string{"binding_snapshot", "nonexistent", "cannot create a file in directory", "no such file or directory"}},
+		{"file as directory", filepath.Join(file, "x.snap"), []string{"binding_snapshot", "not a directory"}},
+		{"a directory", dir, []string{"binding_snapshot", "is a directory"}},
+		{"good", filepath.Join(dir, "bindings.snap"), nil},
+		{"off", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := gateway.Config{Backends: []gateway.BackendConfig{{ID: "a", URL: "http://h:1"}}, BindingSnapshot: tt.path}
+			require.NoError(t, cfg.WithDefaults().Validate(), "Validate does no I/O")
+			g, err := gateway.New(cfg)
+			if tt.contains == nil {
+				require.NoError(t, err)
+				g.Close()
+				entries, err := os.ReadDir(dir)
+				require.NoError(t, err)
+				require.Len(t, entries, 1, "only the test's own file: the check removed its temporary file")
+				return
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, gateway.ErrInvalidConfig)
+			assert.ErrorIs(t, err, gateway.ErrBindingSnapshot)
+			for _, s := range tt.contains {
+				assert.Contains(t, err.Error(), s)
+			}
+		})
 	}
 }
 

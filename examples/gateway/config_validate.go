@@ -1,12 +1,16 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +87,8 @@ func secondsProblem(v float64, zeroOK bool) string {
 
 // Validate checks the configuration as given (call [Config.WithDefaults] first for
 // omitted fields). It returns the first problem found, wrapping [ErrInvalidConfig]
-// and a specific sentinel, with the field path and value in the message.
+// and a specific sentinel, with the field path and value in the message. It does no
+// I/O: binding_snapshot's directory is checked by [New] and [Gateway.Reload].
 func (c Config) Validate() error {
 	host, port, err := net.SplitHostPort(c.Listen)
 	if err != nil {
@@ -121,13 +126,8 @@ func (c Config) Validate() error {
 			return invalid(ErrTierName, "backends[%d].tier (id %q): %d bytes (max %d)", i, b.ID, len(b.Tier), affinity.MaxTierBytes)
 		}
 	}
-	for i, h := range c.SessionHeaders {
-		if !validHeaderName(h) {
-			return invalid(ErrHeaderName, "session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
-		}
-	}
-	if !validHeaderName(c.TierHeader) {
-		return invalid(ErrHeaderName, "tier_header: %q: %s", c.TierHeader, headerNameProblem(c.TierHeader))
+	if err := c.validateHeaders(); err != nil {
+		return err
 	}
 	for _, model := range slices.Sorted(maps.Keys(c.ModelTiers)) { // sorted: the same file, the same first error
 		switch tier := c.ModelTiers[model]; {
@@ -166,14 +166,6 @@ func (c Config) Validate() error {
 	}
 	if v := c.LoadReportSeconds; secondsProblem(v, true) != "" {
 		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: %s", v, secondsProblem(v, true))
-	}
-	for i, h := range c.ParentSessionHeaders {
-		if !validHeaderName(h) {
-			return invalid(ErrHeaderName, "parent_session_headers[%d]: %q: %s", i, h, headerNameProblem(h))
-		}
-	}
-	if h := c.Tenant.Header; h != "" && !validHeaderName(h) {
-		return invalid(ErrHeaderName, "tenant.header: %q: %s", h, headerNameProblem(h))
 	}
 	if c.Tenant.CacheSalt && !c.Tenant.APIKey && c.Tenant.Header == "" {
 		return invalid(ErrTenantConfig, "tenant.cache_salt: true needs a tenant source (tenant.api_key or tenant.header)")
@@ -234,6 +226,75 @@ func checkBackendURL(raw string) error {
 	return nil
 }
 
+// validateHeaders checks the request headers the gateway reads: session_headers (a
+// non-empty list), parent_session_headers, tier_header and tenant.header are header
+// names it can read a value of (see unreadableHeaders), and tier_header is none of the
+// others.
+func (c Config) validateHeaders() error {
+	if len(c.SessionHeaders) == 0 {
+		return invalid(ErrNoSessionHeaders, "session_headers: empty list: no request would carry a session ID, "+
+			"so affinity would be off; omit the key for the defaults (%s), or set affinity.sticky_ttl_seconds: 0 to turn affinity off",
+			strings.Join(DefaultSessionHeaders(), ", "))
+	}
+	check := func(key, h string) error {
+		if !validHeaderName(h) {
+			return invalid(ErrHeaderName, "%s: %q: %s", key, h, headerNameProblem(h))
+		}
+		if why, ok := unreadableHeaders[http.CanonicalHeaderKey(h)]; ok {
+			return invalid(ErrHeaderName, "%s: %q: %s; want a request header of its own", key, h, why)
+		}
+		return nil
+	}
+	others := make(map[string]string, len(c.SessionHeaders)+len(c.ParentSessionHeaders)+1) // canonical name -> key
+	for i, h := range c.SessionHeaders {
+		key := fmt.Sprintf("session_headers[%d]", i)
+		if err := check(key, h); err != nil {
+			return err
+		}
+		others[http.CanonicalHeaderKey(h)] = key
+	}
+	for i, h := range c.ParentSessionHeaders {
+		key := fmt.Sprintf("parent_session_headers[%d]", i)
+		if err := check(key, h); err != nil {
+			return err
+		}
+		if _, dup := others[http.CanonicalHeaderKey(h)]; !dup {
+			others[http.CanonicalHeaderKey(h)] = key
+		}
+	}
+	if h := c.Tenant.Header; h != "" {
+		if err := check("tenant.header", h); err != nil {
+			return err
+		}
+		if _, dup := others[http.CanonicalHeaderKey(h)]; !dup {
+			others[http.CanonicalHeaderKey(h)] = "tenant.header"
+		}
+	}
+	if err := check("tier_header", c.TierHeader); err != nil {
+		return err
+	}
+	if key, dup := others[http.CanonicalHeaderKey(c.TierHeader)]; dup {
+		return invalid(ErrHeaderConflict, "tier_header: %q is also %s: its values would be taken for tier names "+
+			"(every such request a 400 unknown_tier); give the tier its own header", c.TierHeader, key)
+	}
+	return nil
+}
+
+// unreadableHeaders are the request headers (canonical names) that cannot carry a
+// session, parent session, tier or tenant, with the reason.
+var unreadableHeaders = func() map[string]string {
+	const hop = "a hop-by-hop header (RFC 9110 section 7.6.1): it describes the connection, not the request"
+	m := map[string]string{
+		"Host":              "net/http moves Host out of the header map (Request.Host), so it never matches",
+		"Transfer-Encoding": "net/http moves Transfer-Encoding out of the header map (it frames the body), so it never matches",
+		"Content-Length":    "it is the body's length, not an identifier",
+	}
+	for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"} {
+		m[h] = hop
+	}
+	return m
+}()
+
 // headerNameProblem says why s (which validHeaderName rejected) is not a header name.
 func headerNameProblem(s string) string {
 	if s == "" {
@@ -257,4 +318,33 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return http.CanonicalHeaderKey(s) != ""
+}
+
+// checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will
+// write it: not a directory, and its directory exists and takes a new file, tried by
+// creating and removing a temporary file there, as [Gateway.SaveBindings] writes one and
+// renames it over path. Errors wrap [ErrInvalidConfig] and [ErrBindingSnapshot] (and
+// the os error). Cost: a few system calls.
+func checkBindingSnapshot(path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is a directory; want a file path", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".check*")
+	if err != nil {
+		why := err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			why = pe.Err // the temporary name says nothing
+		}
+		return &configError{kind: ErrBindingSnapshot, cause: err,
+			msg: fmt.Sprintf("binding_snapshot: %q: cannot create a file in directory %q: %v (the bindings are saved there at shutdown)", path, dir, why)}
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
 }

@@ -30,7 +30,12 @@
 //  3. The session ID is the value of the first header of session_headers present on
 //     the request (see [DefaultSessionHeaders]; the order is the check order). The parent
 //     session ID is the first of parent_session_headers ([DefaultParentSessionHeaders]:
-//     X-Parent-Session-ID) present. With tenant scoping ([TenantConfig]) both are
+//     X-Parent-Session-ID) present. Decision: an empty session_headers list is refused at
+//     load ([ErrNoSessionHeaders]: affinity would be off without a word;
+//     affinity.sticky_ttl_seconds: 0 says so), and so are Host, Content-Length and
+//     hop-by-hop headers as session, parent, tier or tenant headers ([ErrHeaderName]:
+//     net/http keeps Host and Transfer-Encoding out of the header map; the others
+//     describe the connection or the body). With tenant scoping ([TenantConfig]) both are
 //     prefixed with a keyed hash of the request's tenant (a request without a tenant
 //     identity belongs to one anonymous tenant)
 //     ([TenantTagBytes] bytes; affinity.max_session_id_bytes bounds the ID the client
@@ -52,7 +57,8 @@
 //     salted copy), checked at load: a request that could never fit would otherwise
 //     get 503 with Retry-After for ever. A body not read as JSON (multipart: the rule
 //     of step 3's model read) is not salted.
-//  4. The tier is the tier_header value (it must name a tier the config knows:
+//  4. The tier is the tier_header value (a header of its own: one that is also a
+//     session, parent or tenant header is [ErrHeaderConflict]; it must name a tier the config knows:
 //     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400
 //     unknown_tier, whatever the value's length), else model_tiers[model], else "" (the
 //     default tier). A configured tier name over 255 bytes (affinity.MaxTierBytes) is
@@ -117,6 +123,9 @@
 // set, it saves the binding table to that file on shutdown (written to a temporary file
 // and renamed) and loads it on start: remaining TTLs are preserved minus the downtime, and
 // a damaged file is logged and ignored (the gateway starts empty rather than not at all).
+// [New] and [Gateway.Reload] check that the file's directory exists and takes a new file
+// (creating and removing a temporary file there): a bad path is [ErrBindingSnapshot] at
+// start or reload, not bindings lost at shutdown.
 // The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see
 // affinity.Table.Snapshot). With a shared binding store no snapshot is needed.
 //

@@ -89,13 +89,17 @@ type backend struct {
 	tier string
 }
 
-// New builds a gateway from cfg (defaults are applied and the result validated).
+// New builds a gateway from cfg (defaults are applied and the result validated, and
+// binding_snapshot's directory is checked: see [Config.BindingSnapshot]).
 // It starts no goroutine; see [Gateway.Run]. Configuration errors wrap
 // [ErrInvalidConfig] (see the sentinels); a failure to register the metrics on the
 // registry is returned wrapped. Options must not be nil.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkBindingSnapshot(cfg.BindingSnapshot); err != nil {
 		return nil, err
 	}
 	var o options

@@ -61,13 +61,17 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     A change of the `store` block is rejected too (a new Scheduler built by an
 //     affinity change shares the same store).
 //
-// A config that fails validation is rejected (the error wraps [ErrInvalidConfig] and a
+// A config that fails validation (or whose binding_snapshot directory does not take a
+// file) is rejected (the error wraps [ErrInvalidConfig] and a
 // specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
 // changes unless Reload returns nil. Safe for concurrent use (reloads are serialized).
 // Cost: O(backends x tiers) plus, for an affinity change, O(bindings).
 func (g *Gateway) Reload(cfg Config) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := checkBindingSnapshot(cfg.BindingSnapshot); err != nil {
 		return err
 	}
 	g.reloadMu.Lock()

@@ -167,12 +167,24 @@ func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
 	moved.Listen = "127.0.0.1:1"
 	badTTL := good
 	badTTL.Affinity.StickyTTLSeconds = affinity.TTLSeconds(-5)
+	noHeaders := good
+	noHeaders.SessionHeaders = []string{}
+	tierIsSession := good
+	tierIsSession.TierHeader = "x-session-id"
+	hostHeader := good
+	hostHeader.SessionHeaders = []string{"Host"}
+	badSnapshot := good
+	badSnapshot.BindingSnapshot = filepath.Join(t.TempDir(), "nonexistent", "x.snap")
 	tests := []struct {
 		name string
 		cfg  gateway.Config
 		want error
 	}{
 		{"duplicate backend", dup, gateway.ErrDuplicateBackend},
+		{"empty session_headers", noHeaders, gateway.ErrNoSessionHeaders},
+		{"tier_header is a session header", tierIsSession, gateway.ErrHeaderConflict},
+		{"Host as session header", hostHeader, gateway.ErrHeaderName},
+		{"binding_snapshot directory missing", badSnapshot, gateway.ErrBindingSnapshot},
 		{"no backends", gateway.Config{Listen: good.Listen}, gateway.ErrNoBackends},
 		{"negative TTL", badTTL, gateway.ErrAffinityConfig},
 		{"listen change", moved, gateway.ErrReloadNeedsRestart},
