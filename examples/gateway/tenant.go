@@ -27,7 +27,9 @@ const CacheSaltField = "cache_salt"
 // that carries a tenant identity has its session ID (and parent session ID) prefixed by
 // a keyed hash of that identity before it reaches the Scheduler, so two tenants sending
 // the same session ID get separate bindings. The raw identity (API key or header value)
-// is never stored, logged or exported; only the hash lives in the binding table.
+// is never stored, logged or exported; only the hash lives in the binding table (and in
+// the binding_snapshot file, mode 0600, which holds each key "t:<tag>:<session ID>" with
+// the session ID as sent).
 //
 // Decision: with a tenant source configured, a request that carries no tenant identity
 // (no tenant header, no API key) belongs to one anonymous tenant with a tag and salt of
