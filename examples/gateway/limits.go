@@ -38,7 +38,8 @@ type LimitsConfig struct {
 	// RetryAfterSeconds is the Retry-After value of those 503s, whole seconds (default 1).
 	RetryAfterSeconds int `yaml:"retry_after_seconds"`
 	// MaxHeaderBytes bounds a client's request line and headers (default 65536); larger:
-	// HTTP 431 from net/http.
+	// HTTP 431 from net/http, which reads 4,096 bytes over it first (its buffer slack),
+	// so the effective bound is MaxHeaderBytes + 4096.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxConnections bounds the client connections [Gateway.Serve] holds open at once
 	// (default 4096): beyond it, new connections wait in the listen backlog until one
@@ -77,13 +78,22 @@ func (l LimitsConfig) withDefaults() LimitsConfig {
 
 // validate checks l; need is the smallest max_inflight_bytes that lets one request of
 // max_body_bytes through, and why says what it is made of (see Config.minInflightBytes).
+// Each error names the one key at fault and its value.
 func (l LimitsConfig) validate(need int64, why string) error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_inflight_bytes", l.MaxInflightBytes}, {"max_inflight_requests", l.MaxInflightRequests},
+		{"retry_after_seconds", int64(l.RetryAfterSeconds)}, {"max_header_bytes", int64(l.MaxHeaderBytes)},
+		{"max_connections", int64(l.MaxConnections)},
+	} {
+		if f.v < 0 {
+			return invalid(ErrLimitsConfig, "limits.%s: %d: must be > 0 (0 or omitted: the default)", f.name, f.v)
+		}
+	}
 	if l.MaxInflightBytes < need {
 		return invalid(ErrLimitsConfig, "limits.max_inflight_bytes: %d: must be >= %s", l.MaxInflightBytes, why)
-	}
-	if l.MaxInflightBytes < 0 || l.MaxInflightRequests < 0 || l.RetryAfterSeconds < 0 || l.MaxHeaderBytes < 0 || l.MaxConnections < 0 {
-		return invalid(ErrLimitsConfig, "limits: max_inflight_bytes %d, max_inflight_requests %d, retry_after_seconds %d, max_header_bytes %d, max_connections %d: must be > 0",
-			l.MaxInflightBytes, l.MaxInflightRequests, l.RetryAfterSeconds, l.MaxHeaderBytes, l.MaxConnections)
 	}
 	if l.RetryAfterSeconds > MaxConfigSeconds {
 		return invalid(ErrLimitsConfig, "limits.retry_after_seconds: %d: must be <= %g", l.RetryAfterSeconds, MaxConfigSeconds)

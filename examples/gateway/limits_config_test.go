@@ -51,6 +51,24 @@ func TestHardeningConfig(t *testing.T) {
 	}
 }
 
+// A bad limits value is reported alone, with its key, like the timeouts: not a list of
+// all five values.
+func TestLimitsErrorNamesTheKey(t *testing.T) {
+	keys := []string{"max_inflight_bytes", "max_inflight_requests", "retry_after_seconds", "max_header_bytes", "max_connections"}
+	for _, key := range keys {
+		t.Run(key, func(t *testing.T) {
+			_, err := gateway.ParseConfig([]byte(minimal + "limits: {" + key + ": -7}\n"))
+			require.ErrorIs(t, err, gateway.ErrLimitsConfig)
+			assert.Contains(t, err.Error(), "limits."+key+": -7: must be > 0")
+			for _, other := range keys {
+				if other != key {
+					assert.NotContains(t, err.Error(), other)
+				}
+			}
+		})
+	}
+}
+
 // Settings the listener, the server or the transport were built with need a restart; the
 // other hardening keys reload in place.
 func TestReloadHardening(t *testing.T) {
