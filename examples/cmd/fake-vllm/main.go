@@ -1,11 +1,13 @@
-// Command fakevllm serves one fakevllm SIMULATOR of an OpenAI-compatible vLLM server on a
+// Command fake-vllm serves one fakevllm SIMULATOR of an OpenAI-compatible vLLM server on a
 // port, for demos and manual tests of a gateway. It runs no model: see package
 // github.com/agentserve/sessionaffinity/examples/fakevllm for the cache and latency model.
 //
 //	go run -C examples ./cmd/fake-vllm -addr 127.0.0.1:8001 -id b1 -time-scale 0.1
 //
 // It shuts down gracefully on SIGINT or SIGTERM (in-flight requests get -shutdown-timeout
-// to finish).
+// to finish). Decision: a numeric flag given as 0 is an error (-max-concurrent 0 would
+// otherwise mean the default, 4, without a word; so would -time-scale 0 mean 1); omit
+// the flag for the default.
 package main
 
 import (
@@ -19,11 +21,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/fakevllm"
 )
+
+// commandName names the command in its usage text ("Usage of fake-vllm:") and errors.
+const commandName = "fake-vllm"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -32,33 +38,56 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "fakevllm:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
+}
+
+// errorLine is err as the command prints it: "fake-vllm: " once, without the package's
+// own "fakevllm: " prefix (fakevllm.ErrInvalidConfig's text starts with it).
+func errorLine(err error) string {
+	return commandName + ": " + strings.TrimPrefix(err.Error(), "fakevllm: ")
 }
 
 // run parses args, serves until ctx is done, then shuts down gracefully. It logs the
 // listening address ("listening" with addr=host:port) to logOut.
 func run(ctx context.Context, args []string, logOut io.Writer) error {
-	fs := flag.NewFlagSet("fakevllm", flag.ContinueOnError)
+	fs := flag.NewFlagSet(commandName, flag.ContinueOnError)
 	fs.SetOutput(logOut)
 	var cfg fakevllm.Config
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address (host:port; port 0 picks a free one)")
 	fs.StringVar(&cfg.ID, "id", fakevllm.DefaultID, "backend ID (X-Fakevllm-Backend header, /metrics label)")
 	fs.StringVar(&cfg.Model, "model", fakevllm.DefaultModel, "model name listed by /v1/models")
-	fs.IntVar(&cfg.BlockTokens, "block-tokens", fakevllm.DefaultBlockTokens, "prefix-cache block size in tokens")
-	fs.IntVar(&cfg.CacheBlocks, "cache-blocks", fakevllm.DefaultCacheBlocks, "prefix-cache capacity in blocks (LRU)")
-	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", fakevllm.DefaultPrefillPerToken, "simulated prefill time per uncached prompt token")
-	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", fakevllm.DefaultDecodePerToken, "simulated decode time per output token")
-	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", fakevllm.DefaultMaxConcurrent, "running sequences; the rest wait FIFO")
-	fs.Float64Var(&cfg.TimeScale, "time-scale", fakevllm.DefaultTimeScale, "multiplies every simulated duration (e.g. 0.01)")
-	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", fakevllm.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	fs.IntVar(&cfg.BlockTokens, "block-tokens", fakevllm.DefaultBlockTokens, "prefix-cache block size in tokens (> 0)")
+	fs.IntVar(&cfg.CacheBlocks, "cache-blocks", fakevllm.DefaultCacheBlocks, "prefix-cache capacity in blocks, LRU (> 0)")
+	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", fakevllm.DefaultPrefillPerToken, "simulated prefill time per uncached prompt token (> 0)")
+	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", fakevllm.DefaultDecodePerToken, "simulated decode time per output token (> 0)")
+	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", fakevllm.DefaultMaxConcurrent, "running sequences (>= 1); the rest wait FIFO")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", fakevllm.DefaultTimeScale, "multiplies every simulated duration, e.g. 0.01 (> 0)")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", fakevllm.DefaultMaxTokens, "output tokens when a request sets no max_tokens (> 0)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "grace period for in-flight requests on SIGINT/SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	// fakevllm.Config takes 0 for "the default": given on the command line, 0 is an error
+	// rather than a silent default.
+	zero := map[string]bool{
+		"block-tokens": cfg.BlockTokens == 0, "cache-blocks": cfg.CacheBlocks == 0,
+		"prefill-per-token": cfg.PrefillPerToken == 0, "decode-per-token": cfg.DecodePerToken == 0,
+		"max-concurrent": cfg.MaxConcurrent == 0, "time-scale": cfg.TimeScale == 0,
+		"default-max-tokens": cfg.DefaultMaxTokens == 0,
+	}
+	var zeroErr error
+	fs.Visit(func(f *flag.Flag) {
+		if zero[f.Name] && zeroErr == nil {
+			zeroErr = fmt.Errorf("-%s %s: must be > 0 (omit the flag for the default, %s)", f.Name, f.Value, f.DefValue)
+		}
+	})
+	if zeroErr != nil {
+		return zeroErr
 	}
 
 	srv, err := fakevllm.New(cfg)

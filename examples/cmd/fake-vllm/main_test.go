@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,4 +82,31 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		err := run(context.Background(), args, io.Discard)
 		assert.Error(t, err, "%v", args)
 	}
+}
+
+// Zero-valued numeric flags are refused with the flag named (they would silently take
+// the default); errors print the command's name once; -h names the command.
+func TestRunFlagErrorsNameTheFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // errorLine of the error
+	}{
+		{[]string{"-max-concurrent", "0"}, "fake-vllm: -max-concurrent 0: must be > 0 (omit the flag for the default, 4)"},
+		{[]string{"-time-scale", "0"}, "fake-vllm: -time-scale 0: must be > 0 (omit the flag for the default, 1)"},
+		{[]string{"-prefill-per-token", "0s"}, "fake-vllm: -prefill-per-token 0s: must be > 0 (omit the flag for the default, 1ms)"},
+		{[]string{"-cache-blocks", "0"}, "fake-vllm: -cache-blocks 0: must be > 0 (omit the flag for the default, 4096)"},
+		{[]string{"-max-concurrent", "-1"}, "fake-vllm: invalid config: max_concurrent -1 < 0"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			err := run(context.Background(), tt.args, io.Discard)
+			require.Error(t, err)
+			assert.Equal(t, tt.want, errorLine(err))
+		})
+	}
+
+	var usage bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"-h"}, &usage), flag.ErrHelp)
+	assert.True(t, strings.HasPrefix(usage.String(), "Usage of fake-vllm:\n"), "got %q", usage.String())
+	assert.Contains(t, usage.String(), "running sequences (>= 1)")
 }
