@@ -44,6 +44,7 @@ type options struct {
 	backends    int
 	cacheBlocks int
 	policies    string
+	names       []string // policies, split and trimmed: at least one
 	seed        uint64
 	ttl         time.Duration
 	down        string
@@ -100,6 +101,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.ttl < 0 {
 		return nil, fmt.Errorf("-ttl %v: want >= 0", o.ttl)
 	}
+	for n := range strings.SplitSeq(o.policies, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.names = append(o.names, n)
+		}
+	}
+	if len(o.names) == 0 {
+		return nil, fmt.Errorf("-policies %q: names no policy; want a comma-separated list of %s", o.policies, strings.Join(PolicyNames, ", "))
+	}
 	return o, nil
 }
 
@@ -111,12 +120,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	events, err := ParseEvents(o.down, o.backends)
 	if err != nil {
 		return err
-	}
-	var names []string
-	for n := range strings.SplitSeq(o.policies, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
 	}
 	f, err := os.Open(o.trace)
 	if err != nil {
@@ -160,8 +163,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	policies := make([]Policy, 0, len(names))
-	for _, n := range names {
+	policies := make([]Policy, 0, len(o.names))
+	for _, n := range o.names {
 		p, err := NewPolicy(n, cfgP)
 		if err != nil {
 			return err

@@ -110,6 +110,8 @@ func TestRunErrors(t *testing.T) {
 		{"arg", []string{"-trace", trace, "extra"}, nil, "unexpected argument"},
 		{"down", []string{"-trace", trace, "-down", "9:1s-2s"}, ErrBadEvent, ""},
 		{"policy", []string{"-trace", trace, "-policies", "nope"}, ErrUnknownPolicy, ""},
+		{"no policy", []string{"-trace", trace, "-policies", ""}, nil, `-policies "": names no policy; want a comma-separated list of random, round-robin`},
+		{"only commas", []string{"-trace", trace, "-policies", " , "}, nil, `-policies " , ": names no policy`},
 		{"missing", []string{"-trace", filepath.Join(t.TempDir(), "none.jsonl")}, os.ErrNotExist, ""},
 		{"empty", []string{"-trace", writeTemp(t, "\n")}, ErrEmptyTrace, ""},
 		{"all down", []string{"-trace", trace, "-backends", "1", "-down", "0:0s-"}, ErrNoBackendUp, ""},
