@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/agentserve/sessionaffinity/hrw"
 )
@@ -9,12 +10,16 @@ import (
 // Backend is one inference server a session can be bound to: a stable ID (what HRW
 // hashes and what bindings remember), an address (opaque to this package; typically a base
 // URL) and a relative weight. Build it once with [NewBackend] (which precomputes the ID
-// hash) and reuse it across calls; it is 56 bytes and cheap to pass by value. The zero
+// hash) and reuse it across calls; it is 64 bytes and cheap to pass by value. The zero
 // Backend is invalid (empty ID): SelectBackend rejects it with ErrInvalidBackend.
 type Backend struct {
 	node hrw.Node
 	addr string
-	hash uint64 // node.Hash() (0 only for the zero Backend), read by the hit's candidate check
+	// What the hit's candidate check and the miss's HRW loops read, beside the node (whose
+	// fields hrw keeps to itself): the node hash premixed (see premix; 0 only for the zero
+	// Backend) and the weight's bits (equal weights have equal bits: NewBackend admits no
+	// -0 or NaN).
+	pre, wbits uint64
 }
 
 // NewBackend validates and builds a Backend. id must be non-empty (else ErrInvalidBackend);
@@ -36,7 +41,7 @@ func NewBackend(id, addr string, weight float64) (Backend, error) {
 	if n.Weight() <= 0 { // weight was negative zero or NaN slipped through: be strict
 		return Backend{}, fmt.Errorf("%w: %s: weight %v: %w", ErrInvalidBackend, errTrunc(id), weight, hrw.ErrInvalidWeight)
 	}
-	return Backend{node: n, addr: addr, hash: n.Hash()}, nil
+	return Backend{node: n, addr: addr, pre: premix(n.Hash()), wbits: math.Float64bits(n.Weight())}, nil
 }
 
 // MustBackend is NewBackend that panics on error, for static backend lists in code and

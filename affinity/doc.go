@@ -331,8 +331,9 @@
 //     bytes, which also copies the caller's session ID); O(len(candidates)) HRW scores,
 //     plus one health lookup per candidate when the winner is not Healthy; two lock
 //     acquisitions. Nothing else allocates in the steady state: candidates of one weight
-//     are scored in place (one mix each), mixed weights are ranked from a stack copy (up
-//     to 64) or a pooled slice (more). Amortized growth (a shard's
+//     are scored in place by hrw's own equal-weight loops (one mix each, of the premixed
+//     node hash and the weight bits each Backend carries), mixed weights are ranked from
+//     a stack copy (up to 64) or a pooled slice (more). Amortized growth (a shard's
 //     entry chunks and index, the pool after a GC) and the first binding to a backend in
 //     a shard (which interns its ID) allocate too.
 //   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, the writes

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"unsafe"
 
@@ -158,33 +157,6 @@ func (s *Scheduler) pickAll(kh uint64, cands []Backend) (w, invalid int) {
 	return w, invalid
 }
 
-// pickEqual is hrw.Pick over candidates of one weight, computed in place (the nodes are
-// not copied): the candidate with the largest hrw.Mix(kh, hash), which for equal weights
-// is the first in hrw's canonical order unless two candidates share the top 53 bits of
-// it. ok=false sends the caller to hrw.Pick: the weights differ (a zero Backend, weight
-// 0, included) or two mixes tie in their top 53 bits (duplicate IDs included). One mix,
-// one weight compare and one well-predicted branch per candidate.
-func pickEqual(kh uint64, cands []Backend) (int, bool) {
-	w0 := math.Float64bits(cands[0].node.Weight())
-	if w0 == 0 {
-		return 0, false
-	}
-	bi, bx := 0, hrw.Mix(kh, cands[0].node.Hash())
-	for j := 1; j < len(cands); j++ {
-		n := &cands[j].node
-		if math.Float64bits(n.Weight()) != w0 {
-			return 0, false
-		}
-		if x := hrw.Mix(kh, n.Hash()); x >= bx&^0x7ff {
-			if x>>11 == bx>>11 {
-				return 0, false
-			}
-			bi, bx = j, x
-		}
-	}
-	return bi, true
-}
-
 // pickNodes copies the candidates' nodes into scratch[:0] (which must not escape: the
 // stack array stays on the stack) and returns hrw.Pick over them and the first zero
 // Backend's index (or -1).
@@ -202,25 +174,26 @@ func pickNodes(kh uint64, cands []Backend, scratch []hrw.Node) (w, invalid int) 
 
 // isZero reports whether b is the zero Backend (NewBackend never builds one: its ID is
 // never empty). The hash is compared first: it is 0 for the zero Backend.
-func isZero(b *Backend) bool { return b.hash == 0 && b.node.ID() == "" }
+func isZero(b *Backend) bool { return b.pre == 0 && b.node.ID() == "" }
 
-// findBackend returns the index of the first candidate with this ID (hash compared
-// first), or -1, and in the same pass the index of the first zero Backend (or -1). A zero
-// Backend is the only one with node hash 0 and an empty ID; NewBackend never builds one.
-// One well-predicted branch per candidate: only the match and zero Backends enter it.
-func findBackend(cands []Backend, hash uint64, id string) (found, invalid int) {
+// findBackend returns the index of the first candidate with this ID (its premixed node
+// hash pre compared first), or -1, and in the same pass the index of the first zero
+// Backend (or -1). A zero Backend is the only one with pre 0 and an empty ID; NewBackend
+// never builds one. One well-predicted branch per candidate: only the match and zero
+// Backends enter it.
+func findBackend(cands []Backend, pre uint64, id string) (found, invalid int) {
 	found, invalid = -1, -1
 	for j := range cands {
-		h := cands[j].hash
-		if h != hash && h != 0 {
+		h := cands[j].pre
+		if h != pre && h != 0 {
 			continue
 		}
 		switch cid := cands[j].node.ID(); {
-		case cid == "": // the zero Backend (hash 0)
+		case cid == "": // the zero Backend (pre 0)
 			if invalid < 0 {
 				invalid = j
 			}
-		case found < 0 && h == hash && cid == id:
+		case found < 0 && h == pre && cid == id:
 			found = j
 		}
 	}
@@ -242,10 +215,11 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 	if h < len(cands) {
 		id := cands[h].node.ID()
 		same := unsafe.StringData(id) == unsafe.StringData(slot.hintID)
-		if len(id) == len(slot.id) && (same || (cands[h].hash == slot.hash && id == slot.id)) {
-			n, want := 0, slot.hash
+		want := premix(slot.hash)
+		if len(id) == len(slot.id) && (same || (cands[h].pre == want && id == slot.id)) {
+			n := 0
 			for j := range cands {
-				x := cands[j].hash
+				x := cands[j].pre
 				eq, zero := 0, 0
 				if x == want {
 					eq = 1
@@ -263,7 +237,7 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 			}
 		}
 	}
-	found, invalid = findBackend(cands, slot.hash, slot.id)
+	found, invalid = findBackend(cands, premix(slot.hash), slot.id)
 	if found >= 0 {
 		slot.hint, slot.hintID = uint32(found), cands[found].node.ID()
 	}

@@ -185,7 +185,7 @@ func (s *Scheduler) consult(kh uint64, tier string, cands []Backend, w int, ttl 
 		return decision{idx: w}, true
 	}
 	for range 3 { // each round: another replica rebound in between
-		ci, _ := findBackend(cands, hrw.NodeHash(cur), cur)
+		ci, _ := findBackend(cands, premix(hrw.NodeHash(cur)), cur)
 		if ci >= 0 && s.state(cur) != health.Down {
 			return decision{idx: ci, hit: true}, true
 		}

@@ -31,7 +31,7 @@ func (s *Scheduler) casSpill(kh uint64, tier string, cands []Backend, old string
 		if rebound {
 			return spill, true
 		}
-		if ci, _ := findBackend(cands, hrw.NodeHash(cur), cur); ci >= 0 && s.state(cur) != health.Down {
+		if ci, _ := findBackend(cands, premix(hrw.NodeHash(cur)), cur); ci >= 0 && s.state(cur) != health.Down {
 			return decision{idx: ci, hit: true}, true
 		}
 		old = cur // moved to a backend this replica cannot use: take it over
