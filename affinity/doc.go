@@ -363,9 +363,10 @@
 // holding the low 32 bits of that hash and an entry number — no second hash of the key);
 // a slab of 48-byte entries in 256-entry chunks with a free list (no per-binding pointer
 // objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
-// backend (its interned ID and hrw node hash kept once per shard, with the candidate
-// index and ID string where a hit last found it, and its health state as last read),
-// which makes OnBackendDown proportional to that backend's bindings. The key is one
+// backend (its interned ID and hrw node hash kept once per shard, found by that hash in
+// a small open-addressing table of 4-byte positions, with the candidate index and ID
+// string where a hit last found it, and its health state as last read), which makes
+// OnBackendDown proportional to that backend's bindings. The key is one
 // string: a byte with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the
 // session ID.
 // Lookups compare a stored key with (tier, session ID) in place, so they never build a

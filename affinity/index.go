@@ -81,12 +81,7 @@ func (x *index) del(h uint32, i uint32) {
 	// slot does not lie cyclically in (hole, j].
 	hole := p
 	for j := (p + 1) & mask; uint32(x.slots[j]) != 0; j = (j + 1) & mask {
-		k := int(x.slots[j]>>32) & mask
-		if hole <= j {
-			if hole < k && k <= j {
-				continue
-			}
-		} else if hole < k || k <= j {
+		if stays(hole, int(x.slots[j]>>32)&mask, j) {
 			continue
 		}
 		x.slots[hole] = x.slots[j]

@@ -85,8 +85,8 @@ type shard struct {
 	n        int    // live bindings
 	cap      int
 	slotFree []uint32
-	slotByID map[string]uint32
-	_        [40]byte // size 320, a multiple of 64: shards start on their own lines
+	slotIdx  slotIndex
+	_        [16]byte // size 320, a multiple of 64: shards start on their own lines
 }
 
 // listInline is the number of TTL classes whose LRU list heads live in the shard's first
@@ -147,8 +147,10 @@ func (sh *shard) touch(i uint32, e *entry, now int64) {
 	e.lastUse = now
 }
 
+// slotFor returns the index of the slot of backend id (node hash hash), creating it if
+// the shard has none.
 func (sh *shard) slotFor(id string, hash uint64) uint32 {
-	if si, ok := sh.slotByID[id]; ok {
+	if si, ok := sh.slotIdx.find(sh.slots, hash, id); ok {
 		return si
 	}
 	var si uint32
@@ -161,7 +163,7 @@ func (sh *shard) slotFor(id string, hash uint64) uint32 {
 	}
 	id = strings.Clone(id) // never pin a caller's larger buffer
 	sh.slots[si] = backendSlot{id: id, hash: hash}
-	sh.slotByID[id] = si
+	sh.slotIdx.add(sh.slots, si)
 	return si
 }
 
@@ -219,7 +221,7 @@ func (sh *shard) remove(i uint32) {
 	}
 	s.count--
 	if s.count == 0 {
-		delete(sh.slotByID, s.id)
+		sh.slotIdx.del(sh.slots, e.slot)
 		*s = backendSlot{}
 		sh.slotFree = append(sh.slotFree, e.slot)
 	}

@@ -119,7 +119,6 @@ func newTable(r resolved, o options) *Table {
 			sh.cap++
 		}
 		sh.next = 1
-		sh.slotByID = make(map[string]uint32)
 		if len(t.ttls) <= listInline { // in the line the hit writes anyway (the lock's)
 			sh.lists = sh.listBuf[:len(t.ttls)]
 		} else { // at least a cache line, so that no two shards' heads share one
@@ -311,10 +310,11 @@ func (t *Table) deleteBackend(id string, reason metrics.Reason) (int, tierTally)
 	var tally tierTally
 	total := 0
 	now := t.clock.now()
+	hash := hrw.NodeHash(id)
 	for s := range t.shards {
 		sh := &t.shards[s]
 		sh.mu.Lock()
-		si, ok := sh.slotByID[id]
+		si, ok := sh.slotIdx.find(sh.slots, hash, id)
 		if !ok {
 			sh.mu.Unlock()
 			continue
