@@ -112,7 +112,7 @@ func (s *Scheduler) stays(e *entry, slot *backendSlot, units, now int64) (g gran
 // lock is held; load records are never removed, so the pointer stays valid).
 func (s *Scheduler) loadOf(slot *backendSlot) *backendLoad {
 	if slot.bl == nil {
-		slot.bl = s.ld.loads.get(slot.id, slot.hash)
+		slot.bl = s.ld.loads.get(slot.id, unpremix(slot.pre))
 	}
 	return slot.bl
 }
@@ -228,7 +228,7 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 			}
 		}
 		wb := &cands[pl.w].node
-		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), wb.Hash(), now)
+		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), cands[pl.w].pre, now)
 		sh.c.misses++
 		sh.mu.Unlock()
 		out := OutcomeMiss

@@ -125,7 +125,7 @@ func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Back
 		sh.remove(i)
 		sh.c.expired++
 	}
-	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, pb.ID(), pb.Hash(), now)
+	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, pb.ID(), cands[pi].pre, now)
 	sh.c.misses++
 	sh.c.parentPlaced++
 	sh.mu.Unlock()

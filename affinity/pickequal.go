@@ -44,8 +44,12 @@ const low33 = 1<<33 - 1
 
 // premix is splitmix64's first xorshift. It is linear over XOR: premix(kh ^ h) =
 // premix(kh) ^ premix(h), so a selection premixes the key hash once and reads each
-// candidate's premixed node hash (Backend.pre).
+// candidate's premixed node hash (Backend.pre). A bijection (0 to 0): equal premixed
+// hashes are equal node hashes.
 func premix(x uint64) uint64 { return x ^ x>>30 }
+
+// unpremix inverts premix: if y = x ^ x>>30 then x = y ^ y>>30 ^ y>>60.
+func unpremix(y uint64) uint64 { return y ^ y>>30 ^ y>>60 }
 
 // mid is splitmix64 after its first xorshift and before its last: hrw.Mix(kh, h) =
 // z ^ z>>31 with z = mid(premix(kh) ^ premix(h)).

@@ -36,7 +36,7 @@ func TestPickEqualTopTies(t *testing.T) {
 				cands[a].pre = kp ^ unmid(top)
 				// Equal m: the mixes differ below bit 11 only (last keeps that).
 				cands[b].pre = kp ^ unmid(top^(1+rng.Uint64()%2047))
-				_, ok := pickEqual(unpremixForTest(kp), cands)
+				_, ok := pickEqual(unpremix(kp), cands)
 				require.False(t, ok, "equal m at %d and %d", a, b)
 				// Same top 31 bits, different m: the larger m wins.
 				zb := top ^ 1<<(11+rng.IntN(22))
@@ -45,7 +45,7 @@ func TestPickEqualTopTies(t *testing.T) {
 				if last(zb)>>11 > last(top)>>11 {
 					want = b
 				}
-				w, ok := pickEqual(unpremixForTest(kp), cands)
+				w, ok := pickEqual(unpremix(kp), cands)
 				if n <= pickSmall { // the branch-free loop declines any tie of the top bits
 					require.False(t, ok)
 					continue
@@ -77,6 +77,3 @@ func inverse(k uint64) uint64 {
 }
 
 func last(z uint64) uint64 { return z ^ z>>31 }
-
-// unpremixForTest inverts premix: y ^ y>>30 ^ y>>60.
-func unpremixForTest(y uint64) uint64 { return y ^ y>>30 ^ y>>60 }

@@ -215,7 +215,7 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 	if h < len(cands) {
 		id := cands[h].node.ID()
 		same := unsafe.StringData(id) == unsafe.StringData(slot.hintID)
-		want := premix(slot.hash)
+		want := slot.pre
 		if len(id) == len(slot.id) && (same || (cands[h].pre == want && id == slot.id)) {
 			n := 0
 			for j := range cands {
@@ -237,7 +237,7 @@ func findSlot(cands []Backend, slot *backendSlot) (found, invalid int) {
 			}
 		}
 	}
-	found, invalid = findBackend(cands, premix(slot.hash), slot.id)
+	found, invalid = findBackend(cands, slot.pre, slot.id)
 	if found >= 0 {
 		slot.hint, slot.hintID = uint32(found), cands[found].node.ID()
 	}

@@ -42,8 +42,9 @@ type entry struct {
 
 type lruList struct{ head, tail uint32 }
 
-// backendSlot is a backend known to one shard: its interned ID, the hrw node hash (for
-// fast candidate matching) and the head of its bindings list. Freed at count 0. hint and
+// backendSlot is a backend known to one shard: its interned ID, its hrw node hash premixed
+// as each Backend carries it (for fast candidate matching) and the head of its bindings
+// list. Freed at count 0. hint and
 // hintID remember where a hit last found this backend among the caller's candidates (the
 // index and that candidate's ID string, whose bytes are usually those of every later
 // call's candidate) so that the next hit can confirm it without a search (findSlot).
@@ -51,7 +52,7 @@ type lruList struct{ head, tail uint32 }
 type backendSlot struct {
 	id     string
 	hintID string // a candidate's ID equal to id (the caller's string: short, pinned)
-	hash   uint64
+	pre    uint64 // premix(hrw.NodeHash(id)), Backend.pre
 	head   uint32
 	count  uint32
 	hint   uint32
@@ -147,10 +148,10 @@ func (sh *shard) touch(i uint32, e *entry, now int64) {
 	e.lastUse = now
 }
 
-// slotFor returns the index of the slot of backend id (node hash hash), creating it if
-// the shard has none.
-func (sh *shard) slotFor(id string, hash uint64) uint32 {
-	if si, ok := sh.slotIdx.find(sh.slots, hash, id); ok {
+// slotFor returns the index of the slot of backend id (premixed node hash pre), creating
+// it if the shard has none.
+func (sh *shard) slotFor(id string, pre uint64) uint32 {
+	if si, ok := sh.slotIdx.find(sh.slots, pre, id); ok {
 		return si
 	}
 	var si uint32
@@ -162,14 +163,15 @@ func (sh *shard) slotFor(id string, hash uint64) uint32 {
 		sh.slots = append(sh.slots, backendSlot{})
 	}
 	id = strings.Clone(id) // never pin a caller's larger buffer
-	sh.slots[si] = backendSlot{id: id, hash: hash}
+	sh.slots[si] = backendSlot{id: id, pre: pre}
 	sh.slotIdx.add(sh.slots, si)
 	return si
 }
 
-// insert stores a new binding (the key must be absent), first reclaiming a few expired
-// bindings and, at the cap, evicting the shard's least-recently-used one (returned).
-func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id string, hash uint64, now int64) (evictedTier string, evicted bool) {
+// insert stores a new binding to backend id (premixed node hash pre; the key must be
+// absent), first reclaiming a few expired bindings and, at the cap, evicting the shard's
+// least-recently-used one (returned).
+func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id string, pre uint64, now int64) (evictedTier string, evicted bool) {
 	sh.reclaim(t, now, reclaimPerInsert)
 	if sh.n >= sh.cap {
 		if v := sh.lru(); v != 0 {
@@ -179,7 +181,7 @@ func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id 
 			evicted = true
 		}
 	}
-	si := sh.slotFor(id, hash)
+	si := sh.slotFor(id, pre)
 	i := sh.alloc()
 	e := sh.at(i)
 	e.key = makeKey(tier, session) // the miss path's one allocation

@@ -205,7 +205,7 @@ func (t *Table) Restore(r io.Reader) (int, error) {
 			sh.mu.Unlock()
 			continue
 		}
-		evTier, ev := sh.insert(t, uint32(kh), p.b.Tier, p.b.SessionID, p.cls, p.b.BackendID, hrw.NodeHash(p.b.BackendID), p.lastUse)
+		evTier, ev := sh.insert(t, uint32(kh), p.b.Tier, p.b.SessionID, p.cls, p.b.BackendID, premix(hrw.NodeHash(p.b.BackendID)), p.lastUse)
 		sh.mu.Unlock()
 		if ev {
 			t.rec.Evicted(evTier)

@@ -243,7 +243,7 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 	if i := sh.idx.find(sh, uint32(kh), tier, sessionID); i != 0 {
 		sh.remove(i)
 	}
-	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, backendID, hrw.NodeHash(backendID), now)
+	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, backendID, premix(hrw.NodeHash(backendID)), now)
 	sh.mu.Unlock()
 	if ev {
 		t.rec.Evicted(evTier)
@@ -310,11 +310,11 @@ func (t *Table) deleteBackend(id string, reason metrics.Reason) (int, tierTally)
 	var tally tierTally
 	total := 0
 	now := t.clock.now()
-	hash := hrw.NodeHash(id)
+	pre := premix(hrw.NodeHash(id))
 	for s := range t.shards {
 		sh := &t.shards[s]
 		sh.mu.Lock()
-		si, ok := sh.slotIdx.find(sh.slots, hash, id)
+		si, ok := sh.slotIdx.find(sh.slots, pre, id)
 		if !ok {
 			sh.mu.Unlock()
 			continue
