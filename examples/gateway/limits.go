@@ -178,7 +178,10 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	// Charged as it grows: a client holds what it sent plus one chunk (bodies.go).
 	body, err := readRequestBody(raw, r, max, func(n int64) bool { return g.reserve(st, n) })
 	if err == nil {
-		_ = rc.SetReadDeadline(time.Time{}) // on failure it stays: the connection is not read again
+		// The deadline needs no reset here: net/http's HTTP/1 server clears it itself when
+		// the body reaches its end (before the background read it then starts, to notice
+		// a client leaving), and an HTTP/2 stream's deadline, firing after the body
+		// ended, closes nothing. On failure it stays: the connection is not read again.
 		return body, true
 	}
 	var tooBig *http.MaxBytesError
