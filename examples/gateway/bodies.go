@@ -220,7 +220,8 @@ var errTooLarge = errors.New("gateway: body over the limit")
 
 // Request bodies are read into a buffer that grows as bytes arrive, each growth charged
 // to limits.max_inflight_bytes before it is made (readRequestBody), so that a client
-// holds what it sent plus one chunk, never the Content-Length it announced.
+// holds at most one chunk or twice what it sent (the buffer doubles), never more than
+// the Content-Length it announced. (Why not chunks: see "Limits and timeouts" in doc.go.)
 const (
 	// bodyChunk is the first buffer of a body with a Content-Length: a body that fits
 	// (almost every request) is one allocation of exactly its length and one read.

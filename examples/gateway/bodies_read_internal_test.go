@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,6 +84,57 @@ func TestReadRequestBodyChargesAsItGrows(t *testing.T) {
 			} else {
 				assert.LessOrEqual(t, cap(got), max(2*tc.size, firstChunkedBuffer))
 			}
+		})
+	}
+}
+
+// stall delivers its bytes at most n a Read, then calls atStall and fails as a client
+// that stopped sending does when read_body_seconds runs out.
+type stall struct {
+	r       io.Reader
+	n       int
+	atStall func()
+}
+
+func (s stall) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p[:min(len(p), s.n)])
+	if err == io.EOF {
+		s.atStall()
+		return 0, os.ErrDeadlineExceeded
+	}
+	return n, err
+}
+
+// An upload that stalls holds, and is charged, at most its first buffer or twice what it
+// sent (the buffer doubles; doc.go says why not chunks), never more than its
+// Content-Length, and nothing more after the stall.
+func TestReadRequestBodyStalledUploadCharge(t *testing.T) {
+	const limit = 8 << 20
+	for _, tc := range []struct {
+		name      string
+		announced int64 // Content-Length, -1: chunked
+		sent      int
+	}{
+		{"one byte of 8 MiB", limit, 1},
+		{"a chunk and a byte of 8 MiB", limit, bodyChunk + 1},
+		{"5 MiB and a byte of 8 MiB", limit, 5<<20 + 1},
+		{"all but a byte of 100 KiB", 100 << 10, 100<<10 - 1},
+		{"a byte, chunked", -1, 1},
+		{"300 KiB and a byte, chunked", -1, 300<<10 + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var charged, atStall int64
+			src := stall{r: bytes.NewReader(bytes.Repeat([]byte("x"), tc.sent)), n: 40 << 10,
+				atStall: func() { atStall = charged }}
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", src)
+			r.ContentLength = tc.announced
+			_, err := readRequestBody(httptest.NewRecorder(), r, limit, func(n int64) bool { charged += n; return true })
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			assert.LessOrEqual(t, atStall, max(int64(bodyChunk), 2*int64(tc.sent)))
+			if tc.announced > 0 {
+				assert.LessOrEqual(t, atStall, tc.announced, "never more than the Content-Length")
+			}
+			assert.Equal(t, atStall, charged, "nothing charged after the stall")
 		})
 	}
 }

@@ -154,7 +154,7 @@ func (g *Gateway) overloaded(w http.ResponseWriter, rt *routing, what string) {
 // charging it to st as it arrives: the buffer starts at min(Content-Length, 64 KiB) (512
 // bytes when the length is unknown) and doubles up to the Content-Length or
 // max_body_bytes, each growth charged before it is made, so a client that announced a
-// large body holds only what it sent plus one chunk. A body that fits the first buffer
+// large body holds at most one chunk or twice what it sent. A body that fits the first buffer
 // is one allocation of exactly its length. It writes the error response itself and returns false on
 // failure: 413 over max_body_bytes, 503 over the budget, 408 on a read timeout, 400 on a
 // read error.
@@ -175,7 +175,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	if ow, ok := w.(*outcomeWriter); ok {
 		raw = ow.ResponseWriter // MaxBytesReader tells net/http's own writer to close the connection
 	}
-	// Charged as it grows: a client holds what it sent plus one chunk (bodies.go).
+	// Charged as it grows: a client holds one chunk or twice what it sent at most (bodies.go).
 	body, err := readRequestBody(raw, r, max, func(n int64) bool { return g.reserve(st, n) })
 	if err == nil {
 		// The deadline needs no reset here: net/http's HTTP/1 server clears it itself when
