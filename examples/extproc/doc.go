@@ -43,7 +43,8 @@
 // Errors become ImmediateResponses with the gateway's OpenAI-style JSON body, and the
 // stream ends: 503 when no endpoint is eligible (all Down, or none in the subset), as
 // the protocol requires; 400 for a malformed JSON body, an unknown tier or a session ID
-// that is too long (or missing with require_session); 413 above max_body_bytes.
+// that is too long (or missing on a generation call with require_session); 413 above
+// max_body_bytes.
 //
 // # Decisions where the protocol is silent
 //

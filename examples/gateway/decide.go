@@ -58,9 +58,12 @@ var ErrRequest = errors.New("gateway: bad request")
 //
 // Errors are *[RequestError]: 415 unsupported_content_encoding for a JSON body sent with
 // a Content-Encoding other than identity, 400 for a malformed JSON body, an unknown tier, a session
-// ID too long or missing with require_session; 503 when no backend is eligible. The
-// Scheduler counts the decision (hit or miss) as for a proxied request. Safe for
-// concurrent use. The decision holds a lease on the backend until Decision.Done, with
+// ID too long, or missing on a generation call with require_session; 503 when no
+// backend is eligible. Only a generation call with a session (a POST to
+// .../chat/completions, /completions, /responses or /messages) binds it, and the
+// Scheduler counts that decision (hit or miss) as for a proxied request; any other
+// request with a session is hashed by it without a binding, counted neither as hit nor
+// miss (as ServeHTTP does). Safe for concurrent use. The decision holds a lease on the backend until Decision.Done, with
 // or without a session.
 func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
 	rt := g.state()
@@ -83,13 +86,18 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		}
 	}
 	st := &route{rt: rt, session: session, parent: parent, tier: tier, in: r, body: body, allow: allow}
-	if session == "" {
-		if rt.cfg.RequireSession {
+	switch {
+	case session == "":
+		if rt.cfg.RequireSession && generationCall(r) {
 			return Decision{}, &RequestError{http.StatusBadRequest, "missing_session_id",
 				fmt.Errorf("%w: missing session ID: send one of the headers %s", ErrRequest, strings.Join(rt.cfg.SessionHeaders, ", "))}
 		}
 		if st.key = r.Header.Get(HeaderRequestID); st.key == "" {
 			st.key = randomKey()
+		}
+	case !generationCall(r): // hashed by its session, no binding (session.go)
+		if err := st.unbind(); err != nil {
+			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", err}
 		}
 	}
 	b, hit, err := st.choose()

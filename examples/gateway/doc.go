@@ -67,14 +67,28 @@
 //  5. The candidates are the backends of that tier; a tier without dedicated backends
 //     (for example "" when every backend has a tier, or a tier that only sets a TTL)
 //     uses all backends.
-//  6. With a session ID: [affinity.Scheduler.SelectBackendWithParent] (SelectBackend
-//     when there is no parent header). Without one: JSON 400 when
-//     require_session is set and the request is a generation call (POST to a path ending
-//     in /chat/completions, /completions, /responses or /messages); otherwise the request is routed like "affinity off" —
-//     rendezvous hashing over the X-Request-Id header (or a random key) among the
-//     candidates that are not Down, storing no binding and counting neither hit nor miss;
-//     the request is leased on that backend with affinity.Scheduler.LeaseBackend (load
-//     only, see "Load awareness") and its response carries no X-Agent-Serve-Outcome.
+//  6. A generation call (POST to a path ending in /chat/completions, /completions,
+//     /responses or /messages; a trailing slash is ignored) with a session ID:
+//     [affinity.Scheduler.SelectBackendWithParent] (SelectBackend when there is no
+//     parent header) — only these read and write a binding and count a hit or miss.
+//     Without a session ID: JSON 400 when require_session is set and the request is a
+//     generation call; otherwise the request is routed like "affinity off" — rendezvous
+//     hashing over the X-Request-Id header (or a random key) among the candidates that
+//     are not Down, storing no binding and counting neither hit nor miss; the request is
+//     leased on that backend with affinity.Scheduler.LeaseBackend (load only, see "Load
+//     awareness") and its response carries no X-Agent-Serve-Outcome. Any other request
+//     with a session ID (GET /v1/models, /v1/embeddings, /tokenize, a path the backend
+//     answers 404, a GET to a generation path) is routed the same way keyed by its
+//     session ID (tenant-scoped): the backend HRW picks for the session, usually the one
+//     its binding names, with no binding read or written, no hit or miss, no
+//     X-Agent-Serve-Outcome; its session ID is still held to max_session_id_bytes.
+//     Decision: a client sending such a request with a session expects it served, not
+//     remembered — a model list or a health probe warms no prefix cache — and binding
+//     them let one client flush the binding table (max_bindings, shared by every tenant)
+//     cheaply — GET /nonexistent in a loop on one keep-alive connection, each with a
+//     fresh session ID — turning every other session's next turn into a miss. The binding is made when a
+//     generation call is placed, whatever its response status (a 503 or 404 from the
+//     backend included), as the Scheduler decides before the backend answers.
 //  7. Library errors become JSON errors: session ID too long or tier too long -> 400,
 //     no eligible backend -> 503.
 //

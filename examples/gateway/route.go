@@ -106,8 +106,9 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	st.session, st.parent, st.tier, st.body, st.cost = session, parent, tier, body, leaseCost(body)
-	if session == "" {
-		if rt.cfg.RequireSession && needsSession(r) {
+	switch {
+	case session == "":
+		if rt.cfg.RequireSession && generationCall(r) {
 			writeError(w, http.StatusBadRequest, "missing_session_id",
 				"missing session ID: send one of the headers "+strings.Join(rt.cfg.SessionHeaders, ", "))
 			return
@@ -115,6 +116,12 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		st.key = r.Header.Get(HeaderRequestID)
 		if st.key == "" {
 			st.key = randomKey()
+		}
+	case !generationCall(r): // hashed by its session, no binding (session.go)
+		if err := st.unbind(); err != nil {
+			status, code := classify(err)
+			writeError(w, status, code, err.Error())
+			return
 		}
 	}
 	b, hit, err := st.choose()
@@ -138,23 +145,6 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, out) // panics with http.ErrAbortHandler when a response is cut
 	w.copying = false
 	st.release(usage{}, out.Context().Err()) // no-op if the response body released it (lease.go)
-}
-
-// needsSession reports whether require_session applies to r: a POST to a generation
-// endpoint (a path ending in /chat/completions, /completions, /responses or /messages).
-// Everything else — GET /v1/models, /health, /version, /tokenize, embeddings — has no
-// session to keep and is routed without one even when require_session is set.
-func needsSession(r *http.Request) bool {
-	if r.Method != http.MethodPost {
-		return false
-	}
-	p := strings.TrimSuffix(r.URL.Path, "/")
-	for _, suffix := range [...]string{"/chat/completions", "/completions", "/responses", "/messages"} {
-		if strings.HasSuffix(p, suffix) {
-			return true
-		}
-	}
-	return false
 }
 
 // getBody replays the request body for a retry (http.Request.GetBody). It reads st.body,
@@ -193,7 +183,7 @@ type route struct {
 	session string
 	parent  string // parent session ID (placement hint of a first turn), "" if none
 	tier    string
-	key     string // HRW key for requests without a session
+	key     string // HRW key of a request placed without a binding: its session ID (unbind), else X-Request-Id or a random key
 	in      *http.Request
 	allow   func(id string) bool // nil: every backend of the tier is a candidate (see Decide)
 	body    []byte               // the request body, read in full
@@ -240,8 +230,9 @@ func routeFrom(ctx context.Context) *route {
 }
 
 // choose picks the backend from the request's routing snapshot and leases the request
-// on it: the scheduler's Acquire for requests with a session, a one-off HRW pick over
-// the request key (nothing stored) leased by LeaseBackend otherwise.
+// on it: the scheduler's Acquire for a generation call with a session, a one-off HRW
+// pick over the request key (nothing stored; see unbind) leased by LeaseBackend
+// otherwise.
 func (st *route) choose() (*backend, bool, error) {
 	rt := st.rt
 	cands, nodes := rt.byTier[st.tier], rt.tierNodes[st.tier]
@@ -267,34 +258,6 @@ func (st *route) choose() (*backend, bool, error) {
 		}
 	}
 	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
-}
-
-func (rt *routing) sessionID(r *http.Request) string {
-	for _, k := range rt.sessionKeys {
-		if v := strings.TrimSpace(headerValue(r.Header, k)); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// parentSessionID returns the first non-empty parent_session_headers value ("" if none).
-func (rt *routing) parentSessionID(r *http.Request) string {
-	for _, k := range rt.parentKeys {
-		if v := strings.TrimSpace(headerValue(r.Header, k)); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// headerValue is h.Get(key) for a key already in canonical form: the first value, ""
-// if none. A map lookup, 0 allocs.
-func headerValue(h http.Header, key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 func (rt *routing) tier(r *http.Request, model string) (string, error) {

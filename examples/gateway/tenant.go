@@ -205,8 +205,8 @@ func (c Config) maxSessionIDBytes() int {
 // the tag; a parent ID over the limit is dropped, as the Scheduler ignores one.
 func (rt *routing) scopeSession(tenant, session, parent string) (string, string, error) {
 	max := rt.cfg.maxSessionIDBytes()
-	if len(session) > max {
-		return "", "", fmt.Errorf("%w: %d bytes (max %d): %q...", affinity.ErrSessionIDTooLong, len(session), max, session[:min(32, max)])
+	if err := checkSessionID(session, max); err != nil {
+		return "", "", err
 	}
 	if len(parent) > max {
 		parent = ""
@@ -215,7 +215,7 @@ func (rt *routing) scopeSession(tenant, session, parent string) (string, string,
 }
 
 // isSaltEndpoint reports whether vLLM accepts cache_salt on this path. A trailing slash
-// is ignored, as needsSession ignores it: a tenant must not get unsalted (shared) prefix
+// is ignored, as generationCall ignores it: a tenant must not get unsalted (shared) prefix
 // caching by spelling the path /v1/chat/completions/.
 func isSaltEndpoint(path string) bool {
 	path = strings.TrimSuffix(path, "/")
