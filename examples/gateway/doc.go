@@ -192,7 +192,10 @@
 // binding stays unless the failure ejected the backend, in which case the session is
 // placed again. Either way the retry is leased on the
 // backend it goes to (see "Load awareness") and the response headers describe that
-// attempt. Idle backend connections are closed after
+// attempt. Each retry is logged at Info as "retrying request" with backend and failed
+// (the backend whose attempt failed, whose error err is: backend names the failing
+// backend in every line), to (where the request goes, the same backend after a stale
+// connection) and stale_conn. Idle backend connections are closed after
 // backend_idle_conn_seconds (4 s, below the ~5 s keep-alive of vLLM's server).
 //
 // Decisions where the issue was silent: every 5xx counts (as Envoy's consecutive_5xx), a

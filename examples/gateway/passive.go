@@ -52,6 +52,7 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !st.rt.cfg.retryOnConnectError() || !(a.neverWritten() || replayable(req)) || !(counted || stale) || moved {
 			return nil, err
 		}
+		failed := target
 		if stale && !sameAgain {
 			sameAgain = true // the backend closed an idle connection: try it again on a fresh one
 		} else {
@@ -65,7 +66,9 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			st.mu.Unlock()
 			moved, target = true, next
 		}
-		g.log.Info("retrying request", "backend", target.id, "stale_conn", stale, "err", err)
+		// backend is the failed one, as in every other line (err is its attempt's error);
+		// to is where the request goes now (the same backend after a stale connection).
+		g.log.Info("retrying request", "backend", failed.id, "failed", failed.id, "to", target.id, "stale_conn", stale, "err", err)
 		out := req.Clone(req.Context())
 		out.URL = cloneURL(st.in)
 		(&httputil.ProxyRequest{In: st.in, Out: out}).SetURL(target.url)

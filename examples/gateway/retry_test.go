@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -187,3 +188,53 @@ func TestOutlierWindowAndReset(t *testing.T) {
 }
 
 func newTestClock() *affinitytest.Clock { return affinitytest.NewClock(time.Unix(1_700_000_000, 0)) }
+
+// The "retrying request" line names the backend whose attempt failed (backend and failed:
+// err is that attempt's error) and the backend the request goes to (to).
+func TestRetryLogNamesFailedAndTarget(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []step
+		same  bool
+	}{
+		{"counted failure: another backend", []step{{err: errRefused}}, false},
+		{"stale keep-alive: the same backend", []step{{reused: true, err: io.EOF}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			log, buf := captureLogs()
+			rt := &scripted{steps: tt.steps}
+			g, err := gateway.New(gateway.Config{
+				Backends: []gateway.BackendConfig{
+					{ID: "a", URL: "http://a.test"}, {ID: "b", URL: "http://b.test"}, {ID: "c", URL: "http://c.test"},
+				},
+				Health: gateway.HealthConfig{Enabled: new(false)},
+			}, gateway.WithTransport(rt), gateway.WithLogger(log))
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			req.Header.Set("X-Session-ID", "s1")
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusOK, rec.Code)
+			require.Len(t, rt.hosts, 2)
+			first, second := strings.TrimSuffix(rt.hosts[0], ".test"), strings.TrimSuffix(rt.hosts[1], ".test")
+			assert.Equal(t, tt.same, first == second)
+
+			var line map[string]any
+			for l := range strings.Lines(buf.String()) {
+				var m map[string]any
+				require.NoError(t, json.Unmarshal([]byte(l), &m))
+				if m["msg"] == "retrying request" {
+					require.Nil(t, line, "one retry line")
+					line = m
+				}
+			}
+			require.NotNil(t, line, buf.String())
+			assert.Equal(t, first, line["backend"], "backend is the failed one")
+			assert.Equal(t, first, line["failed"])
+			assert.Equal(t, second, line["to"])
+			assert.NotEmpty(t, line["err"])
+		})
+	}
+}
