@@ -66,7 +66,8 @@ var ErrRequest = errors.New("gateway: bad request")
 // miss (as ServeHTTP does). Safe for concurrent use. The decision holds a lease on the backend until Decision.Done, with
 // or without a session.
 func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
-	rt := g.state()
+	rt := g.pin() // until the lease is taken (outstanding.go)
+	defer rt.life.users.Add(-1)
 	model, err := parseModel(r, body)
 	if err != nil {
 		status, code := bodyStatus(err)

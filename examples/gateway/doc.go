@@ -259,8 +259,14 @@
 // ejection broke the binding). With load_report_seconds > 0, [Gateway.Run] also reads each backend's
 // vLLM queue gauges ([Gateway.ReportLoads]). A lease belongs to the Scheduler that made
 // it: after a reload that replaces the Scheduler (a changed affinity block), requests
-// already in flight release their load on the old one and the new one starts from its
-// own leases and the next load report. See lease.go.
+// already in flight (and their retries) lease and release their load on the old one.
+// [MetricOutstandingRequests] and [MetricOutstandingCost] still count them until they
+// end: the gateway keeps each replaced Scheduler while a request that started on it is
+// in flight or one of its leases is open, adds its load at scrape time, and drops it
+// after (bounded by the requests in flight). Decision: the new Scheduler's load-aware
+// placement does not see the requests started before the reload; it starts from its own
+// leases and the next load report (seeding it would lease every request twice). See
+// lease.go and outstanding.go.
 //
 // # Metrics
 //

@@ -78,6 +78,7 @@ type Gateway struct {
 	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
 
 	reloadMu sync.Mutex    // serializes Reload
+	retired  retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
 }
 
@@ -137,6 +138,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.closeStore()
 		return nil, err
 	}
+	rt.life = &schedLife{sched: rt.sched}
+	rt.life.addIDs(rt)
 	observeBindings(func() int { return g.state().sched.Len() })
 	if rt.tenants != nil && rt.tenants.secret == nil {
 		g.log.Warn("tenant scoping without a secret: tenant hashes are unkeyed SHA-256; set the variable to a random per-deployment value",

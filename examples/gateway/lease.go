@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -55,7 +54,8 @@ func (st *route) setOutcome(h http.Header) {
 }
 
 // Metric names of the gateway's per-backend outstanding load (label backend: the
-// configured backend IDs only).
+// configured backend IDs only): the leases not yet Done of the current Scheduler and of
+// those a reload replaced while requests were in flight on them (outstanding.go).
 const (
 	MetricOutstandingRequests = "agentserve_gateway_backend_outstanding_requests"
 	MetricOutstandingCost     = "agentserve_gateway_backend_outstanding_cost_tokens"
@@ -325,32 +325,6 @@ func wrapLease(st *route, resp *http.Response, u *usage) {
 		b.json = true // streamed through (inject_metadata off, or too large): scan its tail
 	}
 	resp.Body = b
-}
-
-// registerLoadMetrics exports each configured backend's outstanding load, read from the
-// current scheduler at scrape time (after a reload, the new configuration's backends).
-func (g *Gateway) registerLoadMetrics() error {
-	reqs := prometheus.NewDesc(MetricOutstandingRequests,
-		"Requests leased to the backend and not yet finished (affinity.Scheduler.Load).", []string{"backend"}, nil)
-	cost := prometheus.NewDesc(MetricOutstandingCost,
-		"Estimated prompt tokens of the backend's unfinished requests (body bytes / 4; a warm hit counts only the part beyond its cached prefix).", []string{"backend"}, nil)
-	return g.reg.Register(loadCollector{g: g, reqs: reqs, cost: cost})
-}
-
-type loadCollector struct {
-	g          *Gateway
-	reqs, cost *prometheus.Desc
-}
-
-func (c loadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.reqs; ch <- c.cost }
-
-func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
-	rt := c.g.state()
-	for _, b := range rt.backends {
-		l := rt.sched.Load(b.id)
-		ch <- prometheus.MustNewConstMetric(c.reqs, prometheus.GaugeValue, float64(l.Requests), b.id)
-		ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(l.Cost), b.id)
-	}
 }
 
 // vLLM's queue gauges, read by [Gateway.ReportLoads].

@@ -47,7 +47,9 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     builds a new Scheduler and copies the bindings over through a binding snapshot
 //     (affinity.Scheduler.Snapshot/Restore): each keeps its backend and its remaining TTL,
 //     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings; the new
-//     Scheduler's Stats count from the reload on (the Prometheus counters continue);
+//     Scheduler's Stats count from the reload on (the Prometheus counters continue),
+//     and the outstanding-load gauges keep counting the old one's requests until they
+//     end (outstanding.go);
 //   - a health change (or a changed backend set or URL while health.enabled) builds a new
 //     prober that starts from Healthy, and [Gateway.Run] restarts its loops with the new
 //     intervals; backends the old prober held Down are marked up again (the passive
@@ -114,8 +116,16 @@ func (g *Gateway) Reload(cfg Config) error {
 		if moved, err = copyBindings(old.sched, rt.sched); err != nil {
 			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
 		}
+		rt.life = &schedLife{sched: rt.sched}
+	} else {
+		rt.life = old.life
+	}
+	rt.life.addIDs(rt)
+	if migrate {
+		g.retired.add(old.life) // its requests in flight still count in the load gauges
 	}
 	g.rt.Store(rt)
+	g.pruneRetired()
 	if migrate { // bindings made on the old scheduler while the copy ran
 		n, _ := copyBindings(old.sched, rt.sched)
 		moved += n

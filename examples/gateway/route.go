@@ -30,7 +30,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		g.serveReady(rw)
 		return
 	}
-	rt := g.state()
+	rt := g.pin()               // unpinned when the request ends: it leases only on rt.sched (outstanding.go)
 	st := &route{rt: rt, in: r} // one allocation for the request's own state
 	w := &st.ow
 	w.ResponseWriter = rw
@@ -54,6 +54,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// The route may outlive the request (an idle backend connection of the net/http
 		// client keeps its last request's context); the client's writer must not.
 		w.ResponseWriter = nil
+		rt.life.users.Add(-1) // last: no lease is taken after this (pin)
 	}()
 	defer func() {
 		st.releaseBody()

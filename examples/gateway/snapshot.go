@@ -18,6 +18,7 @@ import (
 type routing struct {
 	cfg        Config
 	sched      *affinity.Scheduler
+	life       *schedLife     // sched's use, shared with the other snapshots on it (outstanding.go)
 	prober     *health.Prober // nil: health.enabled is false
 	backends   []*backend
 	byID       map[string]*backend
