@@ -237,9 +237,10 @@
 //
 // # Load awareness (leases)
 //
-// Requests with a session are placed by affinity.Scheduler.Acquire (cost = request body
-// bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
-// same. Requests without a session are leased too, by affinity.Scheduler.LeaseBackend on
+// Generation calls with a session are placed by affinity.Scheduler.Acquire (cost =
+// request body bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
+// same. Requests without a session (and other requests with one, step 6) are leased
+// too, by affinity.Scheduler.LeaseBackend on
 // the backend they are hashed to: their load counts for load-aware placement and in
 // [MetricOutstandingRequests] and [MetricOutstandingCost], and nothing is bound or
 // counted as a hit or miss (Decision: no X-Agent-Serve-Outcome header for them, as

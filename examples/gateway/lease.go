@@ -16,7 +16,7 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
-// Load-awareness wiring: every request with a session is placed by
+// Load-awareness wiring: every generation call with a session is placed by
 // affinity.Scheduler.Acquire with cost = request body bytes / 4 (a rough prompt-token
 // estimate), and its lease is released (Lease.Done) when the response body has been
 // copied to the client and closed — the end of a JSON response or SSE stream, a client
@@ -26,14 +26,16 @@ import (
 // stream_options.include_usage). A retry on another backend releases the failed
 // attempt's lease (with the attempt's error) and leases the backend it goes to, so the
 // load and the usage are booked where the request is served (retryTarget, passive.go).
-// Requests without a session ID are hashed without a binding (route.choose) and leased
+// Requests without a session ID, and other requests with one (unbind), are hashed
+// without a binding (route.choose) and leased
 // by affinity.Scheduler.LeaseBackend on the backend they are hashed to: their load
 // counts in the backends' outstanding load (placement, metrics) like any other, and
 // nothing is bound or counted as a hit or miss. Their leases end on the same paths.
 
-// HeaderOutcome carries the placement outcome of a request with a session: "hit",
-// "miss", "rebind" or "spill" (affinity.Outcome) — of the attempt that served the
-// response; absent for requests without a session.
+// HeaderOutcome carries the placement outcome of a generation call with a session:
+// "hit", "miss", "rebind" or "spill" (affinity.Outcome) — of the attempt that served the
+// response; absent for requests without a session and for other requests with one
+// (unbind).
 const HeaderOutcome = "X-Agent-Serve-Outcome"
 
 // setOutcome sets HeaderOutcome from st's current lease; nothing for a request without a
