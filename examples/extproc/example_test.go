@@ -15,7 +15,10 @@ import (
 )
 
 // Serve the picker on a gRPC server and send it what Envoy sends for a request without
-// a body: the answer names the session's endpoint in the header and the metadata.
+// a body: the answer names the session's endpoint in the header and the metadata. A GET
+// is not a generation call, so it binds nothing: both turns get the session's HRW
+// choice (a POST to /v1/chat/completions would be placed by Acquire and bind the
+// session, as in the gateway).
 func Example() {
 	cfg, err := gateway.ParseConfig([]byte(`
 backends:
