@@ -67,10 +67,11 @@ trace:
 
 ## bench-hot: the hot paths beside their baselines in the same binaries (go-rendezvous
 ## for hrw; a map under a sync.Mutex writing a timestamp for hits; map insert + hrw.Pick
-## for misses), COUNT interleaved rounds into bench-hot.txt, for benchstat
-## (COUNT=6 BENCHTIME=300ms; see the README's Benchmarks section).
+## for misses; a SelectBackend hit for Acquire+Done), COUNT interleaved rounds into
+## bench-hot.txt, for benchstat (COUNT=6 BENCHTIME=300ms; see the README's Benchmarks
+## section).
 HOT_HRW := Rendezvous|Pick$$|PickWeighted
-HOT_AFF := BaselineMutexMap|Hit/coarseclock|Miss/(fresh|baseline)
+HOT_AFF := BaselineMutexMap|Hit/coarseclock|Miss/(fresh|baseline)|LeaseHit/mode=(select|acquire-off|acquire-on)/
 bench-hot:
 	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; \
 	$(GO) test -c -o $$d/hrw.test ./hrw; $(GO) test -c -o $$d/affinity.test ./affinity; \

@@ -161,7 +161,7 @@ func cannedHTTP(ln net.Listener, answer []byte) {
 // binding key by the 25-byte tenant tag. B/session: live heap after a full GC;
 // RSS-B/session (Linux): resident memory grown while filling, which is higher by the
 // garbage collector's headroom (the heap grows up to GOGC % past the live heap between
-// collections) and the runtime's own memory (see the README, "Compared with HAProxy and
+// collections) and the runtime's own memory (see docs/peers.md, "Compared with HAProxy and
 // nginx"). One op fills a fresh gateway: run with -benchtime 1x.
 func BenchmarkMemoryPerSession(b *testing.B) {
 	const sessions = 200_000

@@ -331,7 +331,7 @@
 // only when its read goroutine wins the race with the failed write, about half the time
 // against a backend that resets at once), and that connection is closed. A
 // response body closed before its end closes the connection (a stream is not drained). Measured in
-// the README ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
+// docs/peers.md ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
 // net/http.Transport.
 //
 // Decision on the timeouts' timers: each attempt has one runtime timer for both

@@ -12,7 +12,7 @@ import (
 
 // Default load-awareness values of the load-aware policy (the -balance-factor,
 // -spill-cost-weight, -cold-cache-ratio, -drain-rate and -retention-guard flags); the
-// README's sweep explains the choice.
+// sweep in docs/load-aware.md explains the choice.
 const (
 	DefaultBalanceFactor   = 1.25
 	DefaultSpillCostWeight = 5.0
