@@ -162,6 +162,21 @@
 // stream_idle_seconds, or a response body the backend cuts (closed or reset after the
 // headers, before the end that its Content-Length or chunked framing announces, while
 // the client is still there) extends the connection-failure streak.
+// Decision on timeouts (progress.go): a response-header timeout or a stall counts only
+// when the backend showed no progress on any request while the attempt waited (no
+// response headers, no response-body bytes for any request since the attempt was sent,
+// or since the stalled read began). A backend that answers others meanwhile is slow for
+// this request — a non-streaming generation longer than response_header_seconds, a huge
+// prompt — not wedged: the client gets its 504 or cut stream and the lease is released
+// with the error, but nothing is counted (logged at Info, "not counted"), so the clients'
+// own long requests no longer eject a healthy backend and break its other sessions.
+// Successful active health probes are not progress: a wedged engine can still answer
+// /health. Cost on the hot path: one atomic load per response-header arrival and body
+// Read, a store at most once per 64 ms per backend (a cache line of its own); the price
+// is that progress within 64 ms of the last recorded one is missed, and the timeout then
+// counts as it always did. A backend whose requests all wait (three lone non-streaming
+// generations longer than the bound, nothing else) shows no progress and is still
+// ejected: from outside it cannot be told from a wedged one.
 // Decision on cut bodies: a backend that dies mid-response has failed that request, as
 // HAProxy's "SD" termination state and nginx's "upstream prematurely closed connection"
 // say; the streak is reset only by a response served to its end (not by its headers),
@@ -293,7 +308,9 @@
 // forwarded counts as code_class backend_closed (source backend), is logged once at Warn
 // with the backend ("backend response body read failed") and counts as a connection
 // failure for outlier detection (see "Health"); so does one the gateway cuts because
-// the backend went silent for stream_idle_seconds (logged as "backend stream stalled").
+// the backend went silent for stream_idle_seconds (logged as "backend stream stalled";
+// at Info and not counted when the backend made progress for others meanwhile: see
+// "Health").
 // A JSON body the gateway reads whole (inject_metadata) and the backend cuts or stalls
 // is answered 502 or 504 by the gateway (5xx, source gateway), with that one Warn line
 // only. The ReverseProxy's own

@@ -42,7 +42,8 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 
 // warnedError is a backend failure already logged at Warn with its backend where it was
 // seen — a failed read of the response body ("backend response body read failed") or a
-// stall ("backend stream stalled") — so that one event makes one Warn line.
+// stall ("backend stream stalled", at Info when not counted) — so that one event makes
+// one line.
 type warnedError struct{ error }
 
 // Unwrap returns the failure.

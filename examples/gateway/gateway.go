@@ -88,6 +88,7 @@ type backend struct {
 	ab   affinity.Backend
 	node hrw.Node
 	tier string
+	prog *progress // last progress on any request (progress.go); kept across reloads
 }
 
 // New builds a gateway from cfg (defaults are applied and the result validated, and

@@ -18,7 +18,17 @@ import (
 // window_seconds it fails consecutive_connect_failures requests in a row at the
 // connection level (refused or reset on a fresh connection, dial or response-header
 // timeout, a stalled stream, a response body the backend cuts before its end) or answers
-// consecutive_5xx requests in a row with a 5xx status. Any response below 500 resets both
+// consecutive_5xx requests in a row with a 5xx status. A response-header timeout or a
+// stalled stream is evidence of a wedged backend only when the backend showed no progress
+// on any request while the attempt waited — no response headers and no response-body
+// bytes for any request to it since the attempt was sent (a header timeout) or since the
+// stalled read began (a stall); successful active health probes are not progress (a
+// wedged engine may still answer /health). When it made progress for others meanwhile,
+// the timeout is this request being slow (a long generation, a huge prompt): the client
+// still gets its 504 or cut stream and the lease is released with the error, but
+// nothing is counted (logged at Info: "not counted"). Progress is recorded at most once
+// per 64 ms per backend, so progress only within 64 ms of the last recorded one may be
+// missed, and the timeout then counts. Any response below 500 resets both
 // streaks once its body has ended without a failure of the backend's (read to its end,
 // or closed early by the client). Connection problems on a reused keep-alive connection
 // before any response byte are not counted (see [IsConnectError] and the retry rules in
@@ -103,7 +113,7 @@ func (o OutlierConfig) validate() error {
 type failureKind int
 
 const (
-	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts, stalled or cut body
+	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts and stalls without progress (progress.go), cut body
 	status5xx                         // a response with status >= 500
 )
 

@@ -189,8 +189,15 @@ func (st *route) underBound(key string, nodes []*backend, eligible func(*backend
 
 // passiveFailure records a failed attempt on b for outlier detection and reports
 // whether it counted: timeouts and connection failures on a fresh connection count; a
-// stale keep-alive connection and other errors do not.
+// stale keep-alive connection, a response-header timeout during which the backend made
+// progress on other requests (progress.go: logged at Info, not retried) and other
+// errors do not.
 func (g *Gateway) passiveFailure(b *backend, a *attemptInfo, err error) bool {
+	if te := (*timeoutError)(nil); errors.As(err, &te) && te.progressed {
+		g.log.Info("backend timeout not counted for outlier detection", "backend", b.id, "err", err,
+			"why", "the backend sent other responses while this request waited: slow, not wedged")
+		return false
+	}
 	switch {
 	case errors.Is(err, ErrBackendTimeout), isTimeout(err):
 	case IsConnectError(err) && !a.staleConn(err):

@@ -95,6 +95,7 @@ func (g *Gateway) Reload(cfg Config) error {
 	if err != nil {
 		return err
 	}
+	rt.keepProgress(old)
 	migrate := !reflect.DeepEqual(schedulerConfig(cfg), schedulerConfig(old.cfg))
 	rt.sched = old.sched
 	if migrate {

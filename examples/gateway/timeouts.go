@@ -23,11 +23,14 @@ type TimeoutsConfig struct {
 	// response headers arrive (default 300). A non-streaming completion sends its headers
 	// only when the whole answer is ready, so this also bounds generation time; a
 	// streaming one sends them at once. Exceeded: JSON 504 backend_timeout, and one
-	// connection failure for outlier detection.
+	// connection failure for outlier detection unless the backend sent response headers
+	// or body bytes for other requests during the wait (slow, not wedged: see
+	// [OutlierConfig]).
 	ResponseHeaderSeconds float64 `yaml:"response_header_seconds"`
 	// StreamIdleSeconds bounds the silence between two chunks of a response body
 	// (default 60). Exceeded: the response is aborted (the client sees a cut stream) and
-	// one connection failure is counted.
+	// one connection failure is counted unless the backend sent response headers or body
+	// bytes for other requests during the silence (see [OutlierConfig]).
 	StreamIdleSeconds float64 `yaml:"stream_idle_seconds"`
 	// BackendIdleConnSeconds closes idle keep-alive connections to backends after this
 	// long (default 4: below the ~5 s keep-alive of vLLM's uvicorn server, so the gateway
@@ -94,7 +97,8 @@ func duration(seconds float64) time.Duration { return time.Duration(seconds * fl
 // ErrBackendTimeout is wrapped by the errors of requests whose backend did not send
 // response headers within timeouts.response_header_seconds, or went silent mid-body for
 // timeouts.stream_idle_seconds. The client gets a JSON 504 backend_timeout when nothing
-// was written to it yet; the backend gets one connection failure for outlier detection.
+// was written to it yet; the backend gets one connection failure for outlier detection
+// unless it made progress on other requests during the wait (see [OutlierConfig]).
 var ErrBackendTimeout = errors.New("gateway: backend timed out")
 
 // attemptInfo is what httptrace saw of one attempt.
@@ -144,7 +148,7 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 // attempt's context when closed. The error wraps [ErrBackendTimeout] on a timeout.
 func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
-	at := &attemptTimer{g: g, backend: b.id, cancel: cancel, start: time.Now(), cut: &st.cut,
+	at := &attemptTimer{g: g, backend: b.id, prog: b.prog, cancel: cancel, start: time.Now(), cut: &st.cut,
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
 	a := &at.info // one allocation for both
 	at.arm()
@@ -169,6 +173,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		cancel(nil)
 		return nil, a, at.fired
 	}
+	b.prog.mark(monoNow())
 	// A 5xx is a failure now; any other response's outcome is recorded when its body ends
 	// (idleBody): a success at its end, a connection failure if the backend cuts it or
 	// stalls — one outcome per attempt (attemptTimer.recorded).
@@ -198,6 +203,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 type attemptTimer struct {
 	g         *Gateway
 	backend   string
+	prog      *progress // the backend's (progress.go): what excuses a timeout
 	cancel    context.CancelCauseFunc
 	hdr, idle time.Duration
 	start     time.Time    // monotonic reference of readStart
@@ -259,7 +265,8 @@ func (at *attemptTimer) fire() {
 			at.mu.Unlock()
 			return
 		}
-		terr := &timeoutError{backend: at.backend, what: "sent no response headers within", d: at.hdr}
+		terr := &timeoutError{backend: at.backend, what: "sent no response headers within", d: at.hdr,
+			progressed: at.prog.since(monoAt(at.start))}
 		at.ended, at.fired = true, terr
 		at.mu.Unlock()
 		at.cancel(terr)
@@ -269,12 +276,20 @@ func (at *attemptTimer) fire() {
 	if rs := at.readStart.Load(); rs != 0 {
 		waited := time.Since(at.start) - time.Duration(rs-1)
 		if waited >= at.idle {
-			terr := &timeoutError{backend: at.backend, what: "sent nothing mid-response for", d: at.idle}
+			terr := &timeoutError{backend: at.backend, what: "sent nothing mid-response for", d: at.idle,
+				progressed: at.prog.since(monoAt(at.start) + rs - 1)}
 			at.ended, at.fired = true, terr
 			at.mu.Unlock()
-			at.g.log.Warn("backend stream stalled", "backend", at.backend, "idle", at.idle)
+			if terr.progressed {
+				// Slow, not wedged (progress.go): cut, but neither a failure nor a success.
+				at.g.log.Info("backend stream stalled", "backend", at.backend, "idle", at.idle,
+					"outlier_detection", "not counted: the backend sent other responses meanwhile")
+				at.recorded.Store(true)
+			} else {
+				at.g.log.Warn("backend stream stalled", "backend", at.backend, "idle", at.idle)
+				at.fail(terr) // before the cut is visible
+			}
 			at.cut.Store(true)
-			at.fail(terr) // before the cut is visible
 			at.cancel(terr)
 			return
 		}
@@ -325,6 +340,9 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	b.at.beginRead()
 	n, err := b.rc.Read(p)
 	b.at.endRead()
+	if n > 0 {
+		b.at.prog.mark(monoNow())
+	}
 	if err == io.EOF {
 		b.at.succeed()
 	} else if err != nil {
@@ -355,6 +373,7 @@ func (b *idleBody) readError(err error) error {
 type timeoutError struct {
 	backend, what string
 	d             time.Duration
+	progressed    bool // the backend made progress on other requests during the wait (progress.go)
 }
 
 // Error says which backend did not answer in time, e.g. "gateway: backend timed out: b1
