@@ -362,6 +362,20 @@
 // connections would risk writing a non-replayable POST to a connection the backend just
 // closed.
 //
+// Protocol upgrades (tunnel.go): a request with an Upgrade header (WebSocket, or any
+// protocol the backend accepts) goes through the net/http.Transport fallback under both
+// backend clients, and a 101 Switching Protocols answer is tunnelled: the client gets the
+// 101 with the gateway's response headers and the two connections are joined by
+// httputil.ReverseProxy. The 101 counts as a success for outlier detection when it
+// arrives; the lease (and the max_inflight_requests slot) is held until the tunnel
+// closes, and its code_class is 1xx. Decision: no stream_idle_seconds bound on a tunnel
+// (and no progress recorded for it): a WebSocket may idle legitimately for as long as
+// its ends keep it open, and its bytes are not HTTP responses. A tunnel ends when either
+// end closes it, or when [Gateway.Serve]'s drain is over (http.Server.Shutdown does not
+// track hijacked connections; embedders serving the gateway themselves close tunnels by
+// cancelling their requests' base context). Over HTTP/2 from the client there is no
+// hijack, and an upgrade gets 502.
+//
 // # Concurrency and lifetime
 //
 // A [Gateway] is safe for concurrent use. [New] starts nothing; [Gateway.Run] runs the

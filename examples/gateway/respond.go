@@ -45,6 +45,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.Header[HeaderBackend] = st.headerSlot(0, b.id)
 	resp.Header[HeaderAffinityHit] = st.headerSlot(1, strconv.FormatBool(hit))
 	st.setOutcome(resp.Header)
+	if leaseTunnel(st, resp) { // 101 Switching Protocols (tunnel.go)
+		return nil
+	}
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered

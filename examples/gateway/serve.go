@@ -80,7 +80,8 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // Serve serves HTTP on ln (at most limits.max_connections client connections at once,
 // with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
-// drain_seconds (default 10 s; then the remaining connections are closed), closes idle
+// drain_seconds (default 10 s; then the remaining connections are closed; upgrade
+// tunnels, which Shutdown does not wait for, are closed when the drain is over), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
 // ([Gateway.SaveBindings]). Before serving it loads that file if it exists
 // ([Gateway.LoadBindings]; a missing file is not an error, a damaged one is logged and
@@ -95,6 +96,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	srv := g.HTTPServer()
+	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with
+	// their requests' contexts, cancelled when the drain is over.
+	tunnels, closeTunnels := context.WithCancel(context.Background())
+	defer closeTunnels()
+	srv.BaseContext = func(net.Listener) context.Context { return tunnels }
 	ln = netutil.LimitListener(ln, g.state().cfg.Limits.MaxConnections)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -113,6 +119,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			_ = srv.Close()
 		}
 		scancel()
+		closeTunnels()
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = serr
 		}

@@ -174,6 +174,9 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		return nil, a, at.fired
 	}
 	b.prog.mark(monoNow())
+	if at.tunnel(resp, cancel) { // 101 Switching Protocols (tunnel.go)
+		return resp, a, nil
+	}
 	// A 5xx is a failure now; any other response's outcome is recorded when its body ends
 	// (idleBody): a success at its end, a connection failure if the backend cuts it or
 	// stalls — one outcome per attempt (attemptTimer.recorded).
