@@ -209,8 +209,13 @@ func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id 
 
 // remove deletes binding i from the map and both lists and frees it. Counts nothing.
 func (sh *shard) remove(i uint32) {
+	sh.removeHashed(i, uint32(hrw.KeyHash(sessionOf(sh.at(i).key))))
+}
+
+// removeHashed is remove of binding i whose key hash's low 32 bits are h.
+func (sh *shard) removeHashed(i, h uint32) {
 	e := sh.at(i)
-	sh.idx.del(uint32(hrw.KeyHash(sessionOf(e.key))), i)
+	sh.idx.del(h, i)
 	sh.unlink(&sh.lists[e.class], e)
 	s := &sh.slots[e.slot]
 	if e.bprev != 0 {

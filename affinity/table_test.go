@@ -163,3 +163,57 @@ func TestTableManyTTLClasses(t *testing.T) {
 		assert.True(t, ok, s)
 	}
 }
+
+// TestOnBackendDownManyPerShard: a backend holding hundreds of bindings in every shard
+// (more than deleteBackend takes in one batch), mixed with another backend's, in three
+// tiers of three TTLs, one tier expired: OnBackendDown counts exactly the valid ones as
+// broken, per tier, and the expired ones as expired; the other backend keeps all of its.
+func TestOnBackendDownManyPerShard(t *testing.T) {
+	f := newFixture(t, affinity.Config{
+		StickyTTLSeconds: affinity.TTLSeconds(10),
+		Tiers: map[string]affinity.TierConfig{
+			"gold": {StickyTTLSeconds: affinity.TTLSeconds(100)},
+			"x":    {StickyTTLSeconds: affinity.TTLSeconds(1000)},
+		},
+	})
+	a := []affinity.Backend{affinity.MustBackend("a", "", 1)}
+	b := []affinity.Backend{affinity.MustBackend("b", "", 1)}
+	tiers := []string{"", "gold", "x"}
+	const n = 40_000 // 30,000 on a: about 470 per shard
+	onB := func(i int) bool { return i%4 == 3 }
+	want := map[string]int{}
+	wantExpired, lenB := 0, 0
+	for i := range n {
+		tier := tiers[i%3]
+		cands := a
+		if onB(i) {
+			cands, lenB = b, lenB+1
+		} else if tier == "" {
+			wantExpired++
+		} else {
+			want[tier]++
+		}
+		f.sel(t, fmt.Sprintf("s%d", i), tier, cands)
+	}
+	f.clk.Advance(20 * time.Second) // tier "" expires, "gold" and "x" stay valid
+	before := f.s.Stats()
+
+	assert.Equal(t, want["gold"]+want["x"], f.s.OnBackendDown("a"))
+	after := f.s.Stats()
+	assert.Equal(t, uint64(want["gold"]+want["x"]), after.Broken.Down-before.Broken.Down)
+	assert.Equal(t, uint64(wantExpired), after.Expired-before.Expired)
+	for _, tier := range tiers {
+		assert.Equal(t, want[tier], f.rec.CountBroken(tier, metrics.ReasonDown), "tier %q", tier)
+	}
+	assert.Equal(t, lenB, f.s.Len())
+	for i := range n {
+		id, ok := f.s.Lookup(fmt.Sprintf("s%d", i), tiers[i%3])
+		wantOK := onB(i) && tiers[i%3] != ""
+		require.Equal(t, wantOK, ok, "s%d", i)
+		if ok {
+			require.Equal(t, "b", id)
+		}
+	}
+	assert.Equal(t, 0, f.s.OnBackendDown("a"), "idempotent")
+	assert.Equal(t, lenB, f.s.Len())
+}
