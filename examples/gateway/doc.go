@@ -155,9 +155,11 @@
 // success_threshold successes -> Healthy again).
 //
 // Passive (outlier.go, passive.go, timeouts.go): outlier detection modelled on Envoy's.
-// Every attempt's outcome is recorded per backend, once: a response below 500 resets the
-// streaks when its body ends (read to its end, or closed early by the client or the
-// gateway); a 5xx extends the 5xx streak when its headers arrive; a connection failure on
+// Every attempt's outcome is recorded per backend, at most once: a response below 500
+// resets the streaks when its body has been read to its end (a bodiless one — HEAD, 204,
+// 304, Content-Length 0 — when it is closed); a body the client drops first (or the
+// gateway stops copying) records nothing, so clients cancelling streams cannot reset the
+// streak of a backend that cuts the others; a 5xx extends the 5xx streak when its headers arrive; a connection failure on
 // a fresh connection, a dial or response-header timeout, a stream silent for
 // stream_idle_seconds, or a response body the backend cuts (closed or reset after the
 // headers, before the end that its Content-Length or chunked framing announces, while

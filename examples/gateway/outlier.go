@@ -29,8 +29,10 @@ import (
 // nothing is counted (logged at Info: "not counted"). Progress is recorded at most once
 // per 64 ms per backend, so progress only within 64 ms of the last recorded one may be
 // missed, and the timeout then counts. Any response below 500 resets both
-// streaks once its body has ended without a failure of the backend's (read to its end,
-// or closed early by the client). Connection problems on a reused keep-alive connection
+// streaks once its body has been read to its end (a bodiless response — to a HEAD, a 204
+// or 304, Content-Length 0 — once it is closed). A body the client drops before its end
+// (code_class client_closed) counts neither way: a client cancelling streams must not
+// hide a backend that cuts the others. Connection problems on a reused keep-alive connection
 // before any response byte are not counted (see [IsConnectError] and the retry rules in
 // the package doc).
 type OutlierConfig struct {

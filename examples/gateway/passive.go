@@ -19,10 +19,12 @@ import (
 
 // retryTransport implements the passive half of health checking. Every attempt runs
 // under the response-header timeout and its body under the stream-idle timeout
-// (timeouts.go); its outcome feeds outlier detection (outlier.go), once: a response below
-// 500 is a success when its body ends, a 5xx a 5xx failure, a connection failure on a
-// fresh connection, a timeout, a stalled body or one the backend cuts a connection
-// failure. A connection closed by the backend on a reused
+// (timeouts.go); its outcome feeds outlier detection (outlier.go), at most once: a
+// response below 500 is a success when its body has been read to its end (a bodiless
+// one — HEAD, 204, 304, Content-Length 0 — when it is closed), a 5xx a 5xx failure, a
+// connection failure on a fresh connection, a timeout, a stalled body or one the backend
+// cuts a connection failure; a body the client drops before its end records nothing. A
+// connection closed by the backend on a reused
 // keep-alive connection before any response byte is the keep-alive race, not an outage:
 // it is not counted. A failed request is retried once (retry_on_connect_error) when it
 // is safe: it was never written to the backend (dial error, write failed), or it is

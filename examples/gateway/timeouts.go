@@ -179,12 +179,15 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 	}
 	// A 5xx is a failure now; any other response's outcome is recorded when its body ends
 	// (idleBody): a success at its end, a connection failure if the backend cuts it or
-	// stalls — one outcome per attempt (attemptTimer.recorded).
+	// stalls, nothing if the client drops it first — one outcome per attempt
+	// (attemptTimer.recorded).
 	if resp.StatusCode >= 500 {
 		at.recorded.Store(true)
 		g.outliers.failure(b.id, status5xx, fmt.Errorf("HTTP %d", resp.StatusCode))
 	}
-	at.rd = idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at} // no allocation of its own
+	at.rd = idleBody{rc: resp.Body, ctx: ctx, cancel: cancel, at: at, // no allocation of its own
+		bodiless: req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
+			resp.StatusCode == http.StatusNotModified || resp.ContentLength == 0}
 	resp.Body = &at.rd
 	return resp, a, nil
 }
@@ -322,11 +325,12 @@ func (at *attemptTimer) fail(cause error) {
 // When the bound is hit, the attempt's context is cancelled and reads return an error
 // wrapping [ErrBackendTimeout].
 type idleBody struct {
-	rc     io.ReadCloser
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	at     *attemptTimer
-	warned bool // the backend's read error was logged
+	rc       io.ReadCloser
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	at       *attemptTimer
+	warned   bool // the backend's read error was logged
+	bodiless bool // the response has no body (HEAD, 204, 304, Content-Length 0)
 }
 
 // Read reads from the backend's body with the idle bound applied. At io.EOF (the body
@@ -395,11 +399,18 @@ func (e *timeoutError) Timeout() bool { return true }
 func (e *timeoutError) Temporary() bool { return false }
 
 // Close stops the timer, closes the backend's body and releases the attempt's context.
-// A body closed before its end with no failure of the backend's (the client went away,
-// or the proxy stopped copying) counts as a success: its headers came, nothing says the
-// backend failed.
+// The attempt's outcome for outlier detection is already recorded when the body was read
+// to its end (a success), cut or stalled (a failure). A bodiless response (to a HEAD, a
+// 204 or 304, Content-Length 0) counts as a success here however far it was read. Any
+// other body closed before its end — the client went away (its request's context is
+// done: code_class client_closed), or the proxy stopped copying — records nothing:
+// neither a failure (nothing says the backend failed) nor a success (nothing says it
+// would have finished: a success here would reset the backend's failure streaks on
+// every dropped stream).
 func (b *idleBody) Close() error {
-	b.at.succeed()
+	if b.bodiless {
+		b.at.succeed()
+	}
 	b.at.stop()
 	err := b.rc.Close()
 	b.cancel(nil)
