@@ -26,7 +26,7 @@ func statusGateway(t *testing.T, extra string) *gateway.Gateway {
 			switch p := r.URL.Path; {
 			case p == "/v1/busy":
 				w.WriteHeader(http.StatusServiceUnavailable)
-			case p == "/v1/models" || strings.HasSuffix(p, "/completions") || strings.HasSuffix(p, "/embeddings"):
+			case p == "/v1/models" || strings.HasSuffix(p, "/embeddings") || isGenerationPath(p):
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write([]byte(`{"ok":true}`))
 			default:
@@ -43,6 +43,13 @@ func statusGateway(t *testing.T, extra string) *gateway.Gateway {
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
 	return g
+}
+
+// isGenerationPath reports whether p ends in /completions, /responses or /messages,
+// with or without a trailing slash.
+func isGenerationPath(p string) bool {
+	p = strings.TrimSuffix(p, "/")
+	return strings.HasSuffix(p, "/completions") || strings.HasSuffix(p, "/responses") || strings.HasSuffix(p, "/messages")
 }
 
 func sendReq(g *gateway.Gateway, method, path, body string, headers map[string]string) *httptest.ResponseRecorder {

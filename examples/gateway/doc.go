@@ -87,8 +87,15 @@
 //     them let one client flush the binding table (max_bindings, shared by every tenant)
 //     cheaply — GET /nonexistent in a loop on one keep-alive connection, each with a
 //     fresh session ID — turning every other session's next turn into a miss. The binding is made when a
-//     generation call is placed, whatever its response status (a 503 or 404 from the
-//     backend included), as the Scheduler decides before the backend answers.
+//     generation call is placed, as the Scheduler decides before the backend answers,
+//     and kept whatever its response status (a 503 included) except one: when the
+//     placement stored a new binding (outcome miss or rebind) and the backend answered
+//     404 or 405, the path does not exist there and the gateway removes that binding
+//     again if it still names that backend (Lookup, then Forget: a concurrent turn of
+//     the same session rebinding in between loses its binding; counts nothing).
+//     Decision: otherwise a loop of POST /nope/completions with fresh session IDs would
+//     flush the table like the GET loop above. A valid small generation call still binds:
+//     max_bindings is shared by every client and tenant (no per-tenant quota).
 //  7. Library errors become JSON errors: session ID too long or tier too long -> 400,
 //     no eligible backend -> 503.
 //

@@ -72,10 +72,41 @@ func leaseCost(body []byte) int64 { return int64(len(body) / 4) }
 // lease belongs to the scheduler that made it: after a reload its Done still releases
 // there.
 func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
-	return st.lease1(func(l *affinity.Lease) error {
+	b, hit, err := st.lease1(func(l *affinity.Lease) error {
 		_, err := st.rt.sched.AcquireWithParent(st.session, st.parent, st.tier, cands, st.cost, l)
 		return err
 	})
+	if err == nil {
+		st.mu.Lock()
+		st.placed = true
+		st.mu.Unlock()
+	}
+	return b, hit, err
+}
+
+// forgetNewBinding removes the binding st's placement created on b — a generation call
+// whose current lease came from Acquire with Outcome miss or rebind — when the backend
+// answered status 404 or 405: the path does not exist there, nothing was generated, and
+// keeping the binding would let a loop of POST /nope/completions with fresh session IDs
+// evict every other session's binding (max_bindings is shared by all clients). Only a
+// binding that still names b is removed (Lookup, then Forget: a concurrent request of
+// the same session may rebind between the two, and that new binding is then removed —
+// a race the Scheduler has no compare-and-delete for; its next turn is a miss). Counts
+// nothing.
+func (st *route) forgetNewBinding(b *backend, status int) {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed || st.session == "" {
+		return
+	}
+	st.mu.Lock()
+	created := st.placed && st.lease != nil &&
+		(st.lease.Outcome == affinity.OutcomeMiss || st.lease.Outcome == affinity.OutcomeRebind)
+	st.mu.Unlock()
+	if !created {
+		return
+	}
+	if id, ok := st.rt.sched.Lookup(st.session, st.tier); ok && id == b.id {
+		st.rt.sched.Forget(st.session, st.tier)
+	}
 }
 
 // leaseBackend leases b for a request the gateway routes itself — a request without a
@@ -83,6 +114,9 @@ func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 // LeaseBackend, which charges b and decides, stores, moves and breaks nothing
 // (AffinityHit false, Outcome miss, no hit or miss counted).
 func (st *route) leaseBackend(b *backend) (*backend, bool, error) {
+	st.mu.Lock()
+	st.placed = false // this attempt's lease stores nothing
+	st.mu.Unlock()
 	return st.lease1(func(l *affinity.Lease) error { return st.rt.sched.LeaseBackend(b.ab, st.cost, l) })
 }
 

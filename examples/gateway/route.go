@@ -200,6 +200,7 @@ type route struct {
 	cost     int64           // Acquire cost: body bytes / 4
 	lease0   affinity.Lease  // the first attempt's Lease (retries allocate their own)
 	used0    bool            // lease0 has been handed to an attempt
+	placed   bool            // the current lease came from Acquire, not LeaseBackend (forgetNewBinding)
 
 	// Per-request objects kept here to save an allocation each: the response writer
 	// wrapper, the bodies modifyResponse installs (at most one of each per request) and
