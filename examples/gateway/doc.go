@@ -351,7 +351,8 @@
 // (103 Early Hints) are forwarded to the client through ReverseProxy's Got1xxResponse
 // hook, at most 100 per request (net/http sets no count; more is a 502; a client's
 // Expect: 100-continue is answered by the gateway alone, once, when it reads the body,
-// and Expect is not forwarded, so the backend sends no second 100); a response the
+// and Expect is not forwarded; a 100 Continue the backend sends anyway is dropped, and an
+// HTTP/1.0 client is sent no 1xx at all, RFC 9110 §15.2); a response the
 // backend sent before reading the whole request body (401, 413) is forwarded even though
 // writing the body failed (waiting at most 50 ms for it; net/http.Transport forwards it
 // only when its read goroutine wins the race with the failed write, about half the time

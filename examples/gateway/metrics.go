@@ -159,10 +159,23 @@ type outcomeWriter struct {
 	copying bool // the ReverseProxy is answering (set around its ServeHTTP)
 	gone    bool // the client went away before the response ended (a write or flush failed, or its context ended mid-copy)
 	cut     bool // the backend cut or stalled the response body after its headers (route.cut)
+	http10  bool // the client's request is HTTP/1.0 (or older): it gets no 1xx but a 101
 }
 
-// WriteHeader records the first final status and passes it on.
+// WriteHeader records the first final status and passes it on. Informational responses
+// forwarded from the backend (ReverseProxy's Got1xxResponse) are filtered: a 100
+// Continue is dropped always — the gateway answers a client's Expect: 100-continue itself
+// when it reads the body (net/http's server, not through WriteHeader) and does not
+// forward Expect, so a backend's 100 would be a second one, or one the client never
+// asked for — and every 1xx but 101 is dropped for an HTTP/1.0 client, which must not be
+// sent one (RFC 9110 §15.2; it cannot have asked for a 101). Other 1xx (103 Early Hints)
+// reach HTTP/1.1 and later clients. ReverseProxy clears the header map after each 1xx,
+// so a dropped one's headers do not leak into the final response.
 func (w *outcomeWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols &&
+		(code == http.StatusContinue || w.http10) {
+		return
+	}
 	if w.code == 0 && code >= 200 {
 		w.code = code
 	}

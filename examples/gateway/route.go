@@ -33,7 +33,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	rt := g.pin()               // unpinned when the request ends: it leases only on rt.sched (outstanding.go)
 	st := &route{rt: rt, in: r} // one allocation for the request's own state
 	w := &st.ow
-	w.ResponseWriter = rw
+	w.ResponseWriter, w.http10 = rw, !r.ProtoAtLeast(1, 1)
 	defer func() {
 		// Still copying: the ReverseProxy aborted the response (http.ErrAbortHandler); if
 		// the client's context has ended, the client went away mid-response. Not a backend
