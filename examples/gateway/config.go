@@ -130,8 +130,11 @@ type Config struct {
 	// [DefaultParentSessionHeaders]; an empty list turns parent placement off.
 	ParentSessionHeaders []string `yaml:"parent_session_headers"`
 	// TierHeader names the request header that selects a tier. Default X-Agent-Serve-Tier.
-	// The same header as one of SessionHeaders, ParentSessionHeaders or Tenant.Header is
-	// [ErrHeaderConflict] (its values would be taken for tier names: 400 unknown_tier).
+	// The same header as one of SessionHeaders, ParentSessionHeaders or Tenant.Header, or
+	// Authorization with Tenant.APIKey, is [ErrHeaderConflict] (its values would be taken
+	// for tier names: 400 unknown_tier). The 400 unknown_tier message quotes the value
+	// (up to 64 bytes) except when the tier header is Authorization or the tenant header:
+	// a credential or tenant identity is never echoed.
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
 	ModelTiers map[string]string `yaml:"model_tiers"`

@@ -120,6 +120,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tier header is a session header", "session_headers: [A, B]\ntier_header: b\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "b" is also session_headers[1]`}},
 		{"tier header is a parent session header", "tier_header: X-Parent-Session-ID\n" + minimal, gateway.ErrHeaderConflict, []string{"is also parent_session_headers[0]"}},
 		{"tier header is the tenant header", "tier_header: X-Tenant\ntenant: {header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{"is also tenant.header"}},
+		{"tier header is Authorization with tenant.api_key", "tier_header: Authorization\ntenant: {api_key: true}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "Authorization" is also tenant.api_key`}},
+		{"tier header is authorization with tenant.api_key", "tier_header: authorization\ntenant: {api_key: true, header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "authorization" is also tenant.api_key`}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
 		{"budget without room for the salted copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "tenant.cache_salt"}},
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},

@@ -229,7 +229,8 @@ func checkBackendURL(raw string) error {
 // validateHeaders checks the request headers the gateway reads: session_headers (a
 // non-empty list), parent_session_headers, tier_header and tenant.header are header
 // names it can read a value of (see unreadableHeaders), and tier_header is none of the
-// others.
+// others (nor Authorization with tenant.api_key: its bearer key would be taken for a
+// tier name).
 func (c Config) validateHeaders() error {
 	if len(c.SessionHeaders) == 0 {
 		return invalid(ErrNoSessionHeaders, "session_headers: empty list: no request would carry a session ID, "+
@@ -260,6 +261,11 @@ func (c Config) validateHeaders() error {
 		}
 		if _, dup := others[http.CanonicalHeaderKey(h)]; !dup {
 			others[http.CanonicalHeaderKey(h)] = key
+		}
+	}
+	if c.Tenant.APIKey {
+		if _, dup := others["Authorization"]; !dup {
+			others["Authorization"] = "tenant.api_key (Authorization: Bearer)"
 		}
 	}
 	if h := c.Tenant.Header; h != "" {

@@ -196,3 +196,33 @@ func TestTierErrorCodes(t *testing.T) {
 		})
 	}
 }
+
+// The 400 unknown_tier message quotes the tier header's value, except when the tier
+// header is Authorization or the tenant header: a credential or a tenant identity is
+// never echoed in an error body. (tier_header Authorization with tenant.api_key, or the
+// tenant header itself, is refused at load: TestParseConfigErrors.)
+func TestUnknownTierNeverEchoesCredentials(t *testing.T) {
+	const secret = "sk-secret-0123456789"
+	for _, tt := range []struct {
+		name, extra, header string
+		echoed              bool
+	}{
+		{"tier header", "", "X-Agent-Serve-Tier", true},
+		{"Authorization, no tenant", "tier_header: Authorization\n", "Authorization", false},
+		{"authorization (any case), tenant header elsewhere", "tier_header: authorization\ntenant: {header: X-Tenant}\n", "Authorization", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, tt.extra)
+			rec := do(t, g, "/v1/chat/completions", `{"model":"x"}`, map[string]string{"X-Session-ID": "s", tt.header: secret})
+			require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+			assert.Equal(t, "unknown_tier", errorCodeOf(t, rec.Body.String()))
+			assert.Equal(t, tt.echoed, strings.Contains(rec.Body.String(), secret), rec.Body.String())
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			req.Header.Set("X-Session-ID", "s")
+			req.Header.Set(tt.header, secret)
+			_, err := g.Decide(req, []byte(`{"model":"x"}`), nil)
+			require.Error(t, err)
+			assert.Equal(t, tt.echoed, strings.Contains(err.Error(), secret), "Decide: %v", err)
+		})
+	}
+}

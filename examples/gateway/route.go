@@ -266,6 +266,11 @@ func (rt *routing) tier(r *http.Request, model string) (string, error) {
 	if v := headerValue(r.Header, rt.tierKey); v != "" {
 		v = strings.TrimSpace(v)
 		if !rt.knownTiers[v] {
+			if h := http.CanonicalHeaderKey(rt.cfg.TierHeader); h == "Authorization" ||
+				rt.cfg.Tenant.Header != "" && h == http.CanonicalHeaderKey(rt.cfg.Tenant.Header) {
+				// A credential or a tenant identity: never echoed in an error body.
+				return "", fmt.Errorf("unknown tier in header %s (value not shown)", rt.cfg.TierHeader)
+			}
 			return "", fmt.Errorf("unknown tier %q in header %s", truncate(v, 64), rt.cfg.TierHeader)
 		}
 		return v, nil
