@@ -288,7 +288,10 @@
 // [MetricOutstandingRequests] and [MetricOutstandingCost] still count them until they
 // end: the gateway keeps each replaced Scheduler while a request that started on it is
 // in flight or one of its leases is open, adds its load at scrape time, and drops it
-// after (bounded by the requests in flight). Decision: the new Scheduler's load-aware
+// after (bounded by the requests in flight). A backend the reload removed (with the
+// Scheduler kept or replaced) keeps its two series while such requests are leased on
+// it, and loses them once they have ended: the label takes only the backends configured
+// now or still draining. Decision: the new Scheduler's load-aware
 // placement does not see the requests started before the reload; it starts from its own
 // leases and the next load report (seeding it would lease every request twice). See
 // lease.go and outstanding.go.
@@ -299,7 +302,7 @@
 // series of the metrics/prometheus adapter, the per-backend [MetricBackendUp],
 // [MetricBackendState] and [MetricBackendEjections] (label backend: configured backends
 // only), the per-backend outstanding load ([MetricOutstandingRequests],
-// [MetricOutstandingCost], same label), [MetricRequests] by code_class and source, the
+// [MetricOutstandingCost], same label plus removed backends still draining requests), [MetricRequests] by code_class and source, the
 // gateway's own in-flight figures against limits.max_inflight_* ([MetricInflightRequests],
 // [MetricInflightBytes], no labels: what [Gateway.InFlight] returns), and the Go and
 // process collectors.

@@ -56,8 +56,10 @@ func (st *route) setOutcome(h http.Header) {
 }
 
 // Metric names of the gateway's per-backend outstanding load (label backend: the
-// configured backend IDs only): the leases not yet Done of the current Scheduler and of
-// those a reload replaced while requests were in flight on them (outstanding.go).
+// configured backend IDs, plus those of backends a reload removed while requests leased
+// on them are still in flight, until they end): the leases not yet Done of the current
+// Scheduler and of those a reload replaced while requests were in flight on them
+// (outstanding.go).
 const (
 	MetricOutstandingRequests = "agentserve_gateway_backend_outstanding_requests"
 	MetricOutstandingCost     = "agentserve_gateway_backend_outstanding_cost_tokens"

@@ -24,7 +24,9 @@ import (
 // load. A retired Scheduler with no pinned request can take no new lease (every new
 // request pins the current one), so once it also has no outstanding load it never will:
 // it is dropped then (checked at every scrape and every reload; bounded by the requests
-// in flight, no leak). Pins are read before the load, in that order. A reload lists the
+// in flight, no leak). A backend a reload removed is exported, from the IDs each
+// Scheduler's snapshots configured (schedLife.ids), while it has outstanding load on the
+// current or a retired Scheduler, and not after. Pins are read before the load, in that order. A reload lists the
 // Scheduler it replaces before it publishes the new snapshot, so a scrape never misses
 // it in between.
 //
@@ -40,18 +42,36 @@ type schedLife struct {
 	sched *affinity.Scheduler
 	users atomic.Int64 // requests pinning it (Gateway.pin)
 	// ids are the backend IDs of every snapshot built on it: the backends its leases can
-	// be on. Written by New and Reload while the Scheduler is current (under reloadMu),
-	// read only once it is retired (under retiring.mu, taken after the last write).
-	ids []string
+	// be on (a reload that keeps the Scheduler but removes a backend leaves its requests
+	// in flight leased on it). Replaced, never modified, by New and Reload (under
+	// reloadMu); read by scrapes at any time.
+	ids atomic.Pointer[[]string]
 }
 
-// addIDs adds the backend IDs of rt to l.ids (those it lacks).
+// addIDs adds the backend IDs of rt to l.ids (those it lacks). Callers serialize
+// (reloadMu).
 func (l *schedLife) addIDs(rt *routing) {
+	var ids []string
+	if p := l.ids.Load(); p != nil {
+		ids = *p
+	}
+	n := len(ids)
 	for _, b := range rt.backends {
-		if !slices.Contains(l.ids, b.id) {
-			l.ids = append(l.ids, b.id)
+		if !slices.Contains(ids, b.id) {
+			ids = append(ids[:len(ids):len(ids)], b.id) // copy on write: readers keep theirs
 		}
 	}
+	if len(ids) != n || l.ids.Load() == nil {
+		l.ids.Store(&ids)
+	}
+}
+
+// backendIDs returns l.ids (not to be modified).
+func (l *schedLife) backendIDs() []string {
+	if p := l.ids.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // busy reports whether l's Scheduler may still lease or hold a lease: a pinned request,
@@ -61,7 +81,7 @@ func (l *schedLife) busy() bool {
 	if l.users.Load() > 0 {
 		return true
 	}
-	for _, id := range l.ids {
+	for _, id := range l.backendIDs() {
 		if l.sched.Load(id).Requests > 0 {
 			return true
 		}
@@ -89,6 +109,19 @@ func (r *retiring) add(l *schedLife) {
 // others (a Scheduler still current is kept, and returned too: callers skip it). Cost:
 // O(retired x backends) Load calls, 0 allocs when none is retired.
 func (g *Gateway) pruneRetired() []*affinity.Scheduler {
+	keep := g.pruneRetiredLives()
+	if len(keep) == 0 {
+		return nil
+	}
+	out := make([]*affinity.Scheduler, len(keep))
+	for i, l := range keep {
+		out[i] = l.sched
+	}
+	return out
+}
+
+// pruneRetiredLives is pruneRetired returning the lives kept (a copy).
+func (g *Gateway) pruneRetiredLives() []*schedLife {
 	r := &g.retired
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -104,11 +137,7 @@ func (g *Gateway) pruneRetired() []*affinity.Scheduler {
 	if len(keep) == 0 {
 		return nil
 	}
-	out := make([]*affinity.Scheduler, len(keep))
-	for i, l := range keep {
-		out[i] = l.sched
-	}
-	return out
+	return slices.Clone(keep)
 }
 
 // pin returns the current routing snapshot with its Scheduler pinned (schedLife.users);
@@ -127,9 +156,11 @@ func (g *Gateway) pin() *routing {
 	}
 }
 
-// registerLoadMetrics exports each configured backend's outstanding load, read at scrape
-// time from the current Scheduler plus the retired ones still busy (after a reload, for
-// the new configuration's backends).
+// registerLoadMetrics exports each backend's outstanding load, read at scrape time from
+// the current Scheduler plus the retired ones still busy: every backend of the current
+// configuration, and a backend a reload removed for as long as requests leased on it
+// before the reload are in flight (its series go once they have ended). Label
+// cardinality stays bounded by the backends configured now or still draining.
 func (g *Gateway) registerLoadMetrics() error {
 	reqs := prometheus.NewDesc(MetricOutstandingRequests,
 		"Requests leased to the backend and not yet finished (affinity.Scheduler.Load; after a reload that replaced the Scheduler, the old one's unfinished requests too).", []string{"backend"}, nil)
@@ -146,30 +177,53 @@ type loadCollector struct {
 func (c loadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.reqs; ch <- c.cost }
 
 func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
-	bs, loads := c.g.outstanding()
-	for i, b := range bs {
-		ch <- prometheus.MustNewConstMetric(c.reqs, prometheus.GaugeValue, float64(loads[i].Requests), b.id)
-		ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(loads[i].Cost), b.id)
+	ids, loads := c.g.outstanding()
+	for i, id := range ids {
+		ch <- prometheus.MustNewConstMetric(c.reqs, prometheus.GaugeValue, float64(loads[i].Requests), id)
+		ch <- prometheus.MustNewConstMetric(c.cost, prometheus.GaugeValue, float64(loads[i].Cost), id)
 	}
 }
 
-// outstanding returns the backends of the current configuration and the outstanding load
-// of each (Requests and Cost): the current Scheduler's plus the retired ones' still busy.
-// Cost: O(backends x busy Schedulers) Load calls, one allocation.
-func (g *Gateway) outstanding() ([]*backend, []affinity.LoadSnapshot) {
+// outstanding returns backend IDs and the outstanding load of each (Requests and Cost):
+// the current Scheduler's plus the retired ones' still busy. The IDs are those of the
+// current configuration, in its order, then those of removed backends (known to the
+// current Scheduler or a retired one: schedLife.ids) that still have load. Cost:
+// O(known backends x busy Schedulers) Load calls, a few allocations.
+func (g *Gateway) outstanding() ([]string, []affinity.LoadSnapshot) {
 	rt := g.state()
-	old := g.pruneRetired() // after state(): a Scheduler retired in between is rt.sched, skipped
-	loads := make([]affinity.LoadSnapshot, len(rt.backends))
-	for i, b := range rt.backends {
-		l := rt.sched.Load(b.id)
-		for _, s := range old {
-			if s != rt.sched {
-				o := s.Load(b.id)
-				l.Requests += o.Requests
-				l.Cost += o.Cost
+	old := g.pruneRetiredLives() // after state(): a Scheduler retired in between is rt.sched, skipped
+	load := func(id string) affinity.LoadSnapshot {
+		l := rt.sched.Load(id)
+		for _, o := range old {
+			if o.sched != rt.sched {
+				ol := o.sched.Load(id)
+				l.Requests += ol.Requests
+				l.Cost += ol.Cost
 			}
 		}
-		loads[i] = affinity.LoadSnapshot{Requests: l.Requests, Cost: l.Cost}
+		return affinity.LoadSnapshot{Requests: l.Requests, Cost: l.Cost}
 	}
-	return rt.backends, loads
+	ids := make([]string, 0, len(rt.backends))
+	loads := make([]affinity.LoadSnapshot, 0, len(rt.backends))
+	for _, b := range rt.backends {
+		ids = append(ids, b.id)
+		loads = append(loads, load(b.id))
+	}
+	n := len(ids)
+	removed := func(known []string) {
+		for _, id := range known {
+			if _, ok := rt.byID[id]; ok || slices.Contains(ids[n:], id) {
+				continue
+			}
+			if l := load(id); l.Requests > 0 || l.Cost > 0 {
+				ids = append(ids, id)
+				loads = append(loads, l)
+			}
+		}
+	}
+	removed(rt.life.backendIDs())
+	for _, o := range old {
+		removed(o.backendIDs())
+	}
+	return ids, loads
 }

@@ -65,7 +65,7 @@ func TestRetiredSchedulerKeptWhileBusy(t *testing.T) {
 	c.Backends = c.Backends[:1]
 	require.NoError(t, g.Reload(c))
 	assert.Same(t, before, g.state().life, "the same Scheduler, the same life")
-	assert.ElementsMatch(t, []string{"a", "b"}, before.ids, "its leases may be on either backend")
+	assert.ElementsMatch(t, []string{"a", "b"}, before.backendIDs(), "its leases may be on either backend")
 }
 
 func anys[T any](s []T) []any {
@@ -96,9 +96,9 @@ func TestRetiringUnderConcurrentReloads(t *testing.T) {
 				if !assert.NoError(t, err) {
 					return
 				}
-				bs, loads := g.outstanding() // as a scrape would, between the lease and its end
-				for j, b := range bs {
-					if b.id == d.BackendID {
+				ids, loads := g.outstanding() // as a scrape would, between the lease and its end
+				for j, id := range ids {
+					if id == d.BackendID {
 						assert.Positive(t, loads[j].Requests, "an open lease is counted")
 					}
 				}
