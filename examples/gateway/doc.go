@@ -89,7 +89,7 @@
 //     fresh session ID — turning every other session's next turn into a miss. The binding is made when a
 //     generation call is placed, as the Scheduler decides before the backend answers,
 //     and kept whatever its response status (a 503 included) except one: when the
-//     placement stored a new binding (outcome miss or rebind) and the backend answered
+//     placement stored a new binding (outcome miss, rebind or spill) and the backend answered
 //     404 or 405, the path does not exist there and the gateway removes that binding
 //     again if it still names that backend (Lookup, then Forget: a concurrent turn of
 //     the same session rebinding in between loses its binding; counts nothing).

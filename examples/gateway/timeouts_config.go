@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"time"
+)
+
+// TimeoutsConfig bounds every wait of the gateway, in seconds. Zero or omitted means the
+// default shown; a negative, NaN or Inf value is [ErrTimeoutConfig].
+type TimeoutsConfig struct {
+	// DialSeconds bounds opening a TCP connection to a backend (default 5). Applies to the
+	// gateway-owned transport; with [WithTransport] configure your own.
+	DialSeconds float64 `yaml:"dial_seconds"`
+	// ResponseHeaderSeconds bounds the wait from sending a request to a backend until its
+	// response headers arrive (default 300). A non-streaming completion sends its headers
+	// only when the whole answer is ready, so this also bounds generation time; a
+	// streaming one sends them at once. Exceeded: JSON 504 backend_timeout, and one
+	// connection failure for outlier detection unless the backend sent response headers
+	// or body bytes for other requests during the wait (slow, not wedged: see
+	// [OutlierConfig]).
+	ResponseHeaderSeconds float64 `yaml:"response_header_seconds"`
+	// StreamIdleSeconds bounds the silence between two chunks of a response body
+	// (default 60). Exceeded: the response is aborted (the client sees a cut stream) and
+	// one connection failure is counted unless the backend sent response headers or body
+	// bytes for other requests during the silence (see [OutlierConfig]).
+	StreamIdleSeconds float64 `yaml:"stream_idle_seconds"`
+	// BackendIdleConnSeconds closes idle keep-alive connections to backends after this
+	// long (default 4: below the ~5 s keep-alive of vLLM's uvicorn server, so the gateway
+	// closes first and never reuses a connection the backend is closing).
+	BackendIdleConnSeconds float64 `yaml:"backend_idle_conn_seconds"`
+	// ReadHeaderSeconds bounds reading a client's request headers (default 10).
+	ReadHeaderSeconds float64 `yaml:"read_header_seconds"`
+	// ReadBodySeconds bounds reading a client's request body (default 60). Exceeded:
+	// JSON 408 and the connection is closed.
+	ReadBodySeconds float64 `yaml:"read_body_seconds"`
+	// ClientIdleSeconds closes idle keep-alive client connections (default 60).
+	ClientIdleSeconds float64 `yaml:"client_idle_seconds"`
+}
+
+// Defaults of [TimeoutsConfig], in seconds.
+const (
+	DefaultDialSeconds            = 5.0
+	DefaultResponseHeaderSeconds  = 300.0
+	DefaultStreamIdleSeconds      = 60.0
+	DefaultBackendIdleConnSeconds = 4.0
+	DefaultReadHeaderSeconds      = 10.0
+	DefaultReadBodySeconds        = 60.0
+	DefaultClientIdleSeconds      = 60.0
+)
+
+func (t TimeoutsConfig) withDefaults() TimeoutsConfig {
+	t.DialSeconds = orDefault(t.DialSeconds, DefaultDialSeconds)
+	t.ResponseHeaderSeconds = orDefault(t.ResponseHeaderSeconds, DefaultResponseHeaderSeconds)
+	t.StreamIdleSeconds = orDefault(t.StreamIdleSeconds, DefaultStreamIdleSeconds)
+	t.BackendIdleConnSeconds = orDefault(t.BackendIdleConnSeconds, DefaultBackendIdleConnSeconds)
+	t.ReadHeaderSeconds = orDefault(t.ReadHeaderSeconds, DefaultReadHeaderSeconds)
+	t.ReadBodySeconds = orDefault(t.ReadBodySeconds, DefaultReadBodySeconds)
+	t.ClientIdleSeconds = orDefault(t.ClientIdleSeconds, DefaultClientIdleSeconds)
+	return t
+}
+
+func (t TimeoutsConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"dial_seconds", t.DialSeconds}, {"response_header_seconds", t.ResponseHeaderSeconds},
+		{"stream_idle_seconds", t.StreamIdleSeconds}, {"backend_idle_conn_seconds", t.BackendIdleConnSeconds},
+		{"read_header_seconds", t.ReadHeaderSeconds}, {"read_body_seconds", t.ReadBodySeconds},
+		{"client_idle_seconds", t.ClientIdleSeconds},
+	} {
+		if p := secondsProblem(f.v, false); p != "" {
+			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: %s", f.name, f.v, p)
+		}
+	}
+	return nil
+}
+
+func orDefault(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// duration converts seconds to a time.Duration.
+func duration(seconds float64) time.Duration { return time.Duration(seconds * float64(time.Second)) }
