@@ -20,10 +20,11 @@ import (
 // timeout, a stalled stream, a response body the backend cuts before its end) or answers
 // consecutive_5xx requests in a row with a 5xx status. A response-header timeout or a
 // stalled stream is evidence of a wedged backend only when the backend showed no progress
-// on any request while the attempt waited — no response headers and no response-body
-// bytes for any request to it since the attempt was sent (a header timeout) or since the
-// stalled read began (a stall); successful active health probes are not progress (a
-// wedged engine may still answer /health). When it made progress for others meanwhile,
+// while the attempt waited — no response-body bytes of any generation call to it since
+// the attempt was sent (a header timeout) or since the stalled read began (a stall);
+// response headers, other endpoints' answers (/v1/models) and successful active health
+// probes are not progress (a wedged engine's HTTP front end may still give all of
+// those). When it generated for others meanwhile,
 // the timeout is this request being slow (a long generation, a huge prompt): the client
 // still gets its 504 or cut stream and the lease is released with the error, but
 // nothing is counted (logged at Info: "not counted"). Progress is recorded at most once

@@ -17,7 +17,7 @@ import (
 // response headers within timeouts.response_header_seconds, or went silent mid-body for
 // timeouts.stream_idle_seconds. The client gets a JSON 504 backend_timeout when nothing
 // was written to it yet; the backend gets one connection failure for outlier detection
-// unless it made progress on other requests during the wait (see [OutlierConfig]).
+// unless it generated for other requests during the wait (see [OutlierConfig]).
 var ErrBackendTimeout = errors.New("gateway: backend timed out")
 
 // attemptInfo is what httptrace saw of one attempt.
@@ -67,7 +67,7 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 // attempt's context when closed. The error wraps [ErrBackendTimeout] on a timeout.
 func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Response, *attemptInfo, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
-	at := &attemptTimer{g: g, backend: b.id, prog: b.prog, cancel: cancel, start: time.Now(), cut: &st.cut,
+	at := &attemptTimer{g: g, backend: b.id, prog: b.prog, gen: generationCall(st.in), cancel: cancel, start: time.Now(), cut: &st.cut,
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
 	a := &at.info // one allocation for both
 	at.arm()
@@ -92,7 +92,6 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		cancel(nil)
 		return nil, a, at.fired
 	}
-	b.prog.mark(monoNow())
 	if at.tunnel(resp, cancel) { // 101 Switching Protocols (tunnel.go)
 		return resp, a, nil
 	}
@@ -129,6 +128,7 @@ type attemptTimer struct {
 	g         *Gateway
 	backend   string
 	prog      *progress // the backend's (progress.go): what excuses a timeout
+	gen       bool      // a generation call: its body bytes are the backend's progress
 	cancel    context.CancelCauseFunc
 	hdr, idle time.Duration
 	start     time.Time    // monotonic reference of readStart
@@ -191,7 +191,7 @@ func (at *attemptTimer) fire() {
 			return
 		}
 		terr := &timeoutError{backend: at.backend, what: "sent no response headers within", d: at.hdr,
-			progressed: at.prog.since(monoAt(at.start))}
+			progressed: at.prog.since(at.start)}
 		at.ended, at.fired = true, terr
 		at.mu.Unlock()
 		at.cancel(terr)
@@ -202,7 +202,7 @@ func (at *attemptTimer) fire() {
 		waited := time.Since(at.start) - time.Duration(rs-1)
 		if waited >= at.idle {
 			terr := &timeoutError{backend: at.backend, what: "sent nothing mid-response for", d: at.idle,
-				progressed: at.prog.since(monoAt(at.start) + rs - 1)}
+				progressed: at.prog.since(at.start.Add(time.Duration(rs - 1)))}
 			at.ended, at.fired = true, terr
 			at.mu.Unlock()
 			if terr.progressed {
@@ -266,8 +266,8 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	b.at.beginRead()
 	n, err := b.rc.Read(p)
 	b.at.endRead()
-	if n > 0 {
-		b.at.prog.mark(monoNow())
+	if n > 0 && b.at.gen {
+		b.at.prog.mark(time.Now())
 	}
 	if err == io.EOF {
 		b.at.succeed()
