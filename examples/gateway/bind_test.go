@@ -19,20 +19,27 @@ import (
 // YAML.
 func statusGateway(t *testing.T, extra string) *gateway.Gateway {
 	t.Helper()
+	return gatewayOver3(t, extra, func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == "/v1/busy":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case p == "/v1/models" || strings.HasSuffix(p, "/embeddings") || isGenerationPath(p):
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// gatewayOver3 is a gateway over three backends b0..b2, each served by handler,
+// configured with extra YAML after the backends (health checks off).
+func gatewayOver3(t *testing.T, extra string, handler http.HandlerFunc) *gateway.Gateway {
+	t.Helper()
 	var yaml strings.Builder
 	yaml.WriteString("health: {enabled: false}\nbackends:\n")
 	for _, id := range []string{"b0", "b1", "b2"} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			switch p := r.URL.Path; {
-			case p == "/v1/busy":
-				w.WriteHeader(http.StatusServiceUnavailable)
-			case p == "/v1/models" || strings.HasSuffix(p, "/embeddings") || isGenerationPath(p):
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(`{"ok":true}`))
-			default:
-				http.NotFound(w, r)
-			}
-		}))
+		srv := httptest.NewServer(handler)
 		t.Cleanup(srv.Close)
 		yaml.WriteString("  - {id: " + id + ", url: \"" + srv.URL + "\"}\n")
 	}

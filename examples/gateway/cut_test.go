@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"log/slog"
@@ -29,34 +28,15 @@ const (
 // body, then ends it as end says, before the body's end.
 func cutServer(t *testing.T, head, body string, end int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				_, _ = io.WriteString(c, head+body)
-				switch end {
-				case resetConn:
-					_ = c.(*net.TCPConn).SetLinger(0)
-				case stallConn:
-					_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
-				}
-			})
+	return requestServer(t, func(c net.Conn, _ *http.Request) {
+		_, _ = io.WriteString(c, head+body)
+		switch end {
+		case resetConn:
+			_ = c.(*net.TCPConn).SetLinger(0)
+		case stallConn:
+			_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
 		}
 	})
-	return "http://" + ln.Addr().String()
 }
 
 // records is a slog.Handler that keeps every record.

@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"bufio"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -102,4 +104,33 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// requestServer is a TCP backend that reads each connection's one request (its body
+// drained), runs answer on the raw connection and closes it; it returns the URL. For
+// answers net/http's server will not write: cut bodies, resets, unsolicited 1xx.
+func requestServer(t *testing.T, answer func(c net.Conn, req *http.Request)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				answer(c, req)
+			})
+		}
+	})
+	return "http://" + ln.Addr().String()
 }

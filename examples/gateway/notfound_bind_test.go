@@ -3,8 +3,6 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,32 +16,19 @@ import (
 // 404 elsewhere.
 func notFoundGateway(t *testing.T, extra string) *gateway.Gateway {
 	t.Helper()
-	var yaml strings.Builder
-	yaml.WriteString("health: {enabled: false}\nbackends:\n")
-	for _, id := range []string{"b0", "b1", "b2"} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			switch r.URL.Path {
-			case chat:
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(`{"ok":true}`))
-			case "/v1/get-only/completions":
-				w.WriteHeader(http.StatusMethodNotAllowed)
-			case "/v1/busy/completions":
-				w.WriteHeader(http.StatusServiceUnavailable)
-			default:
-				http.NotFound(w, r)
-			}
-		}))
-		t.Cleanup(srv.Close)
-		yaml.WriteString("  - {id: " + id + ", url: \"" + srv.URL + "\"}\n")
-	}
-	yaml.WriteString(extra)
-	cfg, err := gateway.ParseConfig([]byte(yaml.String()))
-	require.NoError(t, err)
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(g.Close)
-	return g
+	return gatewayOver3(t, extra, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case chat:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		case "/v1/get-only/completions":
+			w.WriteHeader(http.StatusMethodNotAllowed)
+		case "/v1/busy/completions":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			http.NotFound(w, r)
+		}
+	})
 }
 
 // A generation call whose placement stored a new binding (a miss or a rebind) and whose

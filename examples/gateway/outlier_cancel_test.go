@@ -1,14 +1,12 @@
 package gateway_test
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,41 +22,22 @@ import (
 // any HEAD a 200 with a Content-Length and no body. One request per connection.
 func modeServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
 	const sse = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\na\r\ndata: {}\n\n\r\n"
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				switch mode := req.URL.Query().Get("mode"); {
-				case req.Method == http.MethodHead:
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n")
-				case mode == "cut":
-					_, _ = io.WriteString(c, sse)
-				case mode == "stream":
-					_, _ = io.WriteString(c, sse)
-					_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
-				case mode == "ok":
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
-				case mode == "204":
-					_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
-				}
-			})
+	return requestServer(t, func(c net.Conn, req *http.Request) {
+		switch mode := req.URL.Query().Get("mode"); {
+		case req.Method == http.MethodHead:
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n")
+		case mode == "cut":
+			_, _ = io.WriteString(c, sse)
+		case mode == "stream":
+			_, _ = io.WriteString(c, sse)
+			_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
+		case mode == "ok":
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}")
+		case mode == "204":
+			_, _ = io.WriteString(c, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
 		}
 	})
-	return "http://" + ln.Addr().String()
 }
 
 // Only a response served to its end resets a backend's failure streaks. A stream the
