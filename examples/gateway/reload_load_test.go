@@ -17,17 +17,7 @@ import (
 // (in exposition order: cost, then requests).
 func outstandingLines(t *testing.T, g *gateway.Gateway) string {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	require.Equal(t, http.StatusOK, rec.Code)
-	var out []string
-	for l := range strings.Lines(rec.Body.String()) {
-		if strings.HasPrefix(l, gateway.MetricOutstandingRequests+`{backend="b0"}`) ||
-			strings.HasPrefix(l, gateway.MetricOutstandingCost+`{backend="b0"}`) {
-			out = append(out, strings.TrimSpace(l))
-		}
-	}
-	return strings.Join(out, "\n")
+	return backendLines(t, g, "b0")
 }
 
 // A request in flight across a reload that replaces the Scheduler (a changed
@@ -80,7 +70,8 @@ func TestOutstandingLoadAcrossReload(t *testing.T) {
 	assert.Equal(t, idle, outstandingLines(t, g), "back to 0 once it ended")
 }
 
-// backendLines returns the outstanding-load gauge lines of /metrics for backend id.
+// backendLines returns the outstanding-load gauge lines of /metrics for backend id (in
+// exposition order: cost, then requests).
 func backendLines(t *testing.T, g *gateway.Gateway, id string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
