@@ -3,14 +3,12 @@ package gateway_test
 import (
 	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,22 +34,10 @@ func TestExpectContinueOnce(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = io.WriteString(w, `{"ok":true}`)
 			}))
-			defer be.Close()
-			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-				"\nbackends:\n  - {id: b0, url: \"" + be.URL + "\"}\n"))
-			require.NoError(t, err)
-			g, err := gateway.New(cfg)
-			require.NoError(t, err)
-			defer g.Close()
-			srv := httptest.NewServer(g)
-			defer srv.Close()
-
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+			t.Cleanup(be.Close)
+			c := dialGateway(t, client, be.URL)
 			body := `{"model":"m","messages":[]}`
-			_, err = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Session-ID: s1\r\n"+
+			_, err := io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Session-ID: s1\r\n"+
 				"Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n")
 			require.NoError(t, err)
 			br := bufio.NewReader(c)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -133,4 +134,24 @@ func requestServer(t *testing.T, answer func(c net.Conn, req *http.Request)) str
 		}
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// dialGateway serves a gateway over one backend b0 at url (backend_client client, health
+// checks off) and returns a raw connection to it with a 10 s deadline, for tests that
+// read the exact bytes a client gets. Everything is closed at the test's end.
+func dialGateway(t *testing.T, client, url string) net.Conn {
+	t.Helper()
+	cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
+		"\nbackends:\n  - {id: b0, url: \"" + url + "\"}\n"))
+	require.NoError(t, err)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	return c
 }

@@ -5,11 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,25 +48,13 @@ func TestBackendInformationalResponses(t *testing.T) {
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		for _, tt := range tests {
 			t.Run(client+"/"+tt.name, func(t *testing.T) {
-				cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-					"\nbackends:\n  - {id: b0, url: \"" + informationalServer(t) + "\"}\n"))
-				require.NoError(t, err)
-				g, err := gateway.New(cfg)
-				require.NoError(t, err)
-				defer g.Close()
-				srv := httptest.NewServer(g)
-				defer srv.Close()
-
-				c, err := net.Dial("tcp", srv.Listener.Addr().String())
-				require.NoError(t, err)
-				defer c.Close()
-				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				c := dialGateway(t, client, informationalServer(t))
 				head := "POST /v1/chat/completions " + tt.proto + "\r\nHost: gw\r\nX-Session-ID: s1\r\n" +
 					"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(chatBody)) + "\r\nConnection: close\r\n"
 				if tt.expect {
 					head += "Expect: 100-continue\r\n"
 				}
-				_, err = io.WriteString(c, head+"\r\n")
+				_, err := io.WriteString(c, head+"\r\n")
 				require.NoError(t, err)
 				br := bufio.NewReader(c)
 				var all string
