@@ -48,7 +48,8 @@ var (
 	// ErrNoSessionHeaders: session_headers is an empty list (no request would carry a
 	// session; omit the key for the defaults, or set affinity.sticky_ttl_seconds: 0).
 	ErrNoSessionHeaders = errors.New("gateway: empty session_headers")
-	// ErrHeaderConflict: tier_header is also a session, parent-session or tenant header.
+	// ErrHeaderConflict: tier_header is also a session, parent-session or tenant header,
+	// or is Authorization while tenant.api_key keys tenants by it.
 	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
 	// ErrBindingSnapshot: binding_snapshot names a directory, or its directory does not
 	// exist or does not take a new file (checked by [New] and [Gateway.Reload]).
