@@ -111,9 +111,15 @@ func (s *Scheduler) stays(e *entry, slot *backendSlot, units, now int64) (g gran
 // loadOf returns the load record of the slot's backend, cached in the slot (the shard's
 // lock is held; load records are never removed, so the pointer stays valid).
 func (s *Scheduler) loadOf(slot *backendSlot) *backendLoad {
-	if slot.bl == nil {
-		slot.bl = s.ld.loads.get(slot.id, unpremix(slot.pre))
+	if bl := slot.bl; bl != nil { // small enough to inline: the hit path takes this
+		return bl
 	}
+	return s.cacheLoad(slot)
+}
+
+// cacheLoad is loadOf's first call on a slot: it looks the load record up and caches it.
+func (s *Scheduler) cacheLoad(slot *backendSlot) *backendLoad {
+	slot.bl = s.ld.loads.get(slot.id, unpremix(slot.pre))
 	return slot.bl
 }
 
