@@ -82,9 +82,7 @@ type Lease struct {
 	// Outcome is hit, miss, rebind or spill.
 	Outcome Outcome
 
-	hit   bool   // AffinityHit as leased (the exported field is the caller's to change)
-	drain bool   // the Scheduler runs the drain model (Done feeds it)
-	state uint32 // leaseOpen from Acquire to the first Done (atomic after Acquire)
+	state uint32 // leaseOpen and the lease's flags from Acquire to the first Done, then 0 (atomic after Acquire)
 	s     *Scheduler
 	bl    *backendLoad
 	cost  int64
@@ -95,8 +93,12 @@ type Lease struct {
 	session, tier string
 }
 
-// leaseOpen is Lease.state from Acquire to the first Done.
-const leaseOpen = 1
+// Lease.state bits: set by Acquire, read and cleared at once by the first Done.
+const (
+	leaseOpen  uint32 = 1 << iota // from Acquire to the first Done
+	leaseHit                      // AffinityHit as leased (the exported field is the caller's to change)
+	leaseDrain                    // the Scheduler runs the drain model (Done feeds it)
+)
 
 // noCopy makes go vet's copylocks check report copies of the struct that holds it.
 type noCopy struct{}
@@ -116,25 +118,27 @@ func (*noCopy) Unlock() {}
 // session's binding remembers the prompt size and whether the cache was lost (cached /
 // prompt <= cold_cache_ratio), which the spill guard uses.
 //
-// Cost: one compare-and-swap on the Lease and one atomic add on the backend's load,
+// Cost: one atomic swap on the Lease and one atomic add on the backend's load,
 // 0 allocs; with usage and load awareness on, one xxh3 hash of the session ID and one
 // shard lock; with the drain model (load.drain_tokens_per_second) also a clock read and
 // a short per-backend lock.
 func (l *Lease) Done(info DoneInfo) {
-	if l == nil || !atomic.CompareAndSwapUint32(&l.state, leaseOpen, 0) {
+	if l == nil {
 		return
 	}
-	l.bl.sub(l.cost)
-	if l.drain || info.PromptTokens > 0 && info.Err == nil {
-		l.s.learn(l, info)
+	if st := atomic.SwapUint32(&l.state, 0); st&leaseOpen != 0 {
+		l.bl.sub(l.cost)
+		if st&leaseDrain != 0 || info.PromptTokens > 0 && info.Err == nil {
+			l.s.learn(l, st, info)
+		}
 	}
 }
 
 // learn is the rest of a Lease's first Done: the drain model learns from the request and
 // the reported usage is recorded.
-func (s *Scheduler) learn(l *Lease, info DoneInfo) {
-	bl := l.bl
-	if l.drain { // drainmodel.go
+func (s *Scheduler) learn(l *Lease, st uint32, info DoneInfo) {
+	bl, hit := l.bl, st&leaseHit != 0
+	if st&leaseDrain != 0 { // drainmodel.go
 		s.learnDrain(bl, l.start, l.cost, info)
 		if l.rp > 0 && info.Err == nil && info.PromptTokens > 0 {
 			bl.learnRetention(&s.ld.p, l.idle, l.rp, info.CachedPromptTokens)
@@ -146,9 +150,9 @@ func (s *Scheduler) learn(l *Lease, info DoneInfo) {
 	prompt := info.PromptTokens
 	cached := min(max(info.CachedPromptTokens, 0), prompt)
 	if s.ld.p.on && l.session != "" { // LeaseBackend's leases have no binding
-		s.noteUsage(l.session, l.tier, bl, l.hit, prompt, cached)
+		s.noteUsage(l.session, l.tier, bl, hit, prompt, cached)
 	}
-	if l.hit {
+	if hit {
 		s.ld.usage.add(l.tier, prompt, cached)
 		if s.ld.urec != nil {
 			s.ld.urec.Usage(l.tier, prompt, cached)
@@ -219,21 +223,33 @@ func reprefill(e *entry, units int64) int64 {
 // open fills l with the lease of a decision: backend b (whose load record is g.bl, or nil
 // to look it up) is charged g.charge prompt tokens. l is not open (checked by the caller)
 // and the caller has set l.session and l.tier (fewer arguments: all in registers).
+// Acquire's hit path, and its misses that read load, take fill alone.
 func (s *Scheduler) open(l *Lease, b *Backend, out Outcome, g grant) {
-	bl := g.bl
-	if bl == nil {
-		bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
+	if g.bl == nil {
+		g.bl = s.ld.loads.get(b.node.ID(), b.node.Hash())
 	}
-	bl.add(g.charge)
-	l.Backend, l.Outcome, l.AffinityHit, l.hit = *b, out, out == OutcomeHit, out == OutcomeHit
-	l.s, l.bl, l.cost = s, bl, g.charge
-	l.drain = s.ld.p.drainRate > 0
-	if l.drain { // drainmodel.go (start, idle and rp are read only then)
+	st := l.fill(s, b, out, g.bl, g.charge)
+	if s.ld.p.drainRate > 0 { // drainmodel.go (start, idle and rp are read only then)
+		st |= leaseDrain
 		l.start = s.t.clock.now()
-		bl.charge(&s.ld.p, l.start, g.charge)
+		g.bl.charge(&s.ld.p, l.start, g.charge)
 		l.idle, l.rp = g.idle, g.rp
 	}
-	l.state = leaseOpen // published to other goroutines by whatever hands them l
+	l.state = st // published to other goroutines by whatever hands them l
+}
+
+// fill is the part of open that every lease takes: bl, the load record of backend b,
+// grows by one request and charge; l gets the decision. It returns l's state, which the
+// caller stores last. Small enough to inline: Acquire's hit path calls no function after
+// deciding.
+func (l *Lease) fill(s *Scheduler, b *Backend, out Outcome, bl *backendLoad, charge int64) uint32 {
+	bl.add(charge)
+	l.Backend, l.Outcome, l.AffinityHit = *b, out, out == OutcomeHit
+	l.s, l.bl, l.cost = s, bl, charge
+	if out == OutcomeHit {
+		return leaseOpen | leaseHit
+	}
+	return leaseOpen
 }
 
 // refuse returns the error of an Acquire whose arguments failed the quick check:
@@ -250,7 +266,7 @@ func badLease(cost int64, l *Lease) error {
 	switch {
 	case l == nil:
 		return fmt.Errorf("%w: nil *Lease", ErrInvalidLease)
-	case atomic.LoadUint32(&l.state) == leaseOpen:
+	case atomic.LoadUint32(&l.state)&leaseOpen != 0:
 		return fmt.Errorf("%w: still open (Done not called)", ErrInvalidLease)
 	case cost < 0:
 		return fmt.Errorf("%w: %d is negative", ErrInvalidCost, cost)
@@ -283,7 +299,7 @@ func badLease(cost int64, l *Lease) error {
 // placed or its backend is over the bound. The drain model adds a clock read and a compare-and-swap on
 // the chosen backend's horizon.
 func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost int64, l *Lease) error {
-	if l == nil || atomic.LoadUint32(&l.state) == leaseOpen || cost < 0 || !s.t.validKey(sessionID, tier) || len(candidates) == 0 {
+	if l == nil || atomic.LoadUint32(&l.state)&leaseOpen != 0 || cost < 0 || !s.t.validKey(sessionID, tier) || len(candidates) == 0 {
 		return s.refuse(sessionID, tier, candidates, cost, l)
 	}
 	units := min(max(cost, 1), MaxLeaseCost)
@@ -292,7 +308,12 @@ func (s *Scheduler) Acquire(sessionID, tier string, candidates []Backend, cost i
 		return err
 	}
 	l.session, l.tier = sessionID, tier
-	s.open(l, &candidates[ci], out, g)
+	if g.bl == nil || s.ld.p.drainRate > 0 { // a miss that read no load, or the drain model
+		s.open(l, &candidates[ci], out, g)
+		return nil
+	}
+	// open without its rare cases, inlined: a call here would cost as much as the writes.
+	l.state = l.fill(s, &candidates[ci], out, g.bl, g.charge)
 	return nil
 }
 

@@ -15,7 +15,7 @@ import "sync/atomic"
 // SelectBackend's). Safe for concurrent use (on different Leases); cost as
 // SelectBackendWithParent plus the lease.
 func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, candidates []Backend, cost int64, l *Lease) (Placement, error) {
-	if l == nil || atomic.LoadUint32(&l.state) == leaseOpen || cost < 0 {
+	if l == nil || atomic.LoadUint32(&l.state)&leaseOpen != 0 || cost < 0 {
 		return PlacedHRW, s.refuse(sessionID, tier, candidates, cost, l)
 	}
 	b, _, ok, err := s.placeWithParent(sessionID, parentSessionID, tier, candidates)
@@ -31,7 +31,7 @@ func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, c
 	if err := s.Acquire(sessionID, tier, candidates, cost, l); err != nil {
 		return PlacedHRW, err
 	}
-	if l.hit {
+	if l.Outcome == OutcomeHit { // the caller cannot have changed it yet
 		return PlacedHit, nil
 	}
 	return PlacedHRW, nil
