@@ -264,11 +264,11 @@ func (s *Scheduler) drainNow() int64 {
 }
 
 // learnDrain feeds a released lease to the drain model: the backend's uncached prompt
-// tokens when reported (prompt - cached, at least 1), else the lease's charge.
-func (s *Scheduler) learnDrain(bl *backendLoad, start, charge int64, info DoneInfo) {
+// tokens when reported (prompt > 0: prompt - cached, at least 1), else the lease's charge.
+func (s *Scheduler) learnDrain(bl *backendLoad, start, charge, prompt, cached int64) {
 	tokens := charge
-	if info.Err == nil && info.PromptTokens > 0 {
-		tokens = max(info.PromptTokens-min(max(info.CachedPromptTokens, 0), info.PromptTokens), 1)
+	if prompt > 0 {
+		tokens = max(prompt-min(max(cached, 0), prompt), 1)
 	}
 	bl.learn(&s.ld.p, start, s.t.clock.now(), tokens)
 }

@@ -123,32 +123,42 @@ func (*noCopy) Unlock() {}
 // shard lock; with the drain model (load.drain_tokens_per_second) also a clock read and
 // a short per-backend lock.
 func (l *Lease) Done(info DoneInfo) {
+	prompt := info.PromptTokens
+	if info.Err != nil { // a failed request's usage is ignored
+		prompt = 0
+	}
+	l.done(prompt, info.CachedPromptTokens)
+}
+
+// done is Done with the usage it records as two integers (prompt > 0: reported, by a
+// request that succeeded): a DoneInfo argument (40 bytes) would be stored to the stack
+// before the swap. Done inlines into its caller.
+func (l *Lease) done(prompt, cached int64) {
 	if l == nil {
 		return
 	}
 	if st := atomic.SwapUint32(&l.state, 0); st&leaseOpen != 0 {
 		l.bl.sub(l.cost)
-		if st&leaseDrain != 0 || info.PromptTokens > 0 && info.Err == nil {
-			l.s.learn(l, st, info)
+		if st&leaseDrain != 0 || prompt > 0 {
+			l.s.learn(l, st, prompt, cached)
 		}
 	}
 }
 
 // learn is the rest of a Lease's first Done: the drain model learns from the request and
-// the reported usage is recorded.
-func (s *Scheduler) learn(l *Lease, st uint32, info DoneInfo) {
+// the reported usage (prompt > 0; cached as reported) is recorded.
+func (s *Scheduler) learn(l *Lease, st uint32, prompt, cached int64) {
 	bl, hit := l.bl, st&leaseHit != 0
 	if st&leaseDrain != 0 { // drainmodel.go
-		s.learnDrain(bl, l.start, l.cost, info)
-		if l.rp > 0 && info.Err == nil && info.PromptTokens > 0 {
-			bl.learnRetention(&s.ld.p, l.idle, l.rp, info.CachedPromptTokens)
+		s.learnDrain(bl, l.start, l.cost, prompt, cached)
+		if l.rp > 0 && prompt > 0 {
+			bl.learnRetention(&s.ld.p, l.idle, l.rp, cached)
 		}
 	}
-	if info.Err != nil || info.PromptTokens <= 0 {
+	if prompt <= 0 {
 		return
 	}
-	prompt := info.PromptTokens
-	cached := min(max(info.CachedPromptTokens, 0), prompt)
+	cached = min(max(cached, 0), prompt)
 	if s.ld.p.on && l.session != "" { // LeaseBackend's leases have no binding
 		s.noteUsage(l.session, l.tier, bl, hit, prompt, cached)
 	}
