@@ -83,11 +83,17 @@ func newClockReader(c Clock) clockReader {
 	switch c := c.(type) {
 	case nil:
 		return clockReader{base: time.Now()}
+	case ClockFunc:
+		if c == nil { // a nil function: the default, as a nil Clock
+			return clockReader{base: time.Now()}
+		}
 	case *CoarseClock:
+		if c == nil {
+			return clockReader{base: time.Now()}
+		}
 		return clockReader{coarse: c, base: c.base}
-	default:
-		return clockReader{clk: c, base: c.Now()}
 	}
+	return clockReader{clk: c, base: c.Now()}
 }
 
 // now is small enough to inline for the CoarseClock (one atomic load); other clocks call

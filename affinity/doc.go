@@ -163,7 +163,8 @@
 //  20. Lease.Done is idempotent and safe from any goroutine on the same *Lease (calls
 //     may be concurrent), also after OnBackendDown, and allocation-free. A Lease is
 //     shared by pointer, never copied once filled (go vet's copylocks check reports
-//     copies: a copy would release the load twice); Acquire refuses to fill a Lease
+//     copies: a copy would release the load twice; a release that would take the
+//     backend's load below zero is undone, so it never reads negative or full); Acquire refuses to fill a Lease
 //     still open (ErrInvalidLease) and fills one whose Done has returned. Usage it reports (prompt and cached
 //     prompt tokens) on an affinity hit feeds the tier's achieved reuse
 //     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).

@@ -44,11 +44,23 @@ const MaxLeaseCost = 1 << 24
 
 func (b *backendLoad) add(charge int64) { b.acc.Add(1<<costBits + charge) }
 
-func (b *backendLoad) sub(charge int64) { b.acc.Add(-(1<<costBits + charge)) }
+// sub releases a lease's charge. In correct use acc never goes negative (each lease's add
+// happens before its sub); a release that takes it below zero is one too many (a copied
+// Lease's second Done: misuse go vet reports) and is undone, so that misuse can leave the
+// backend looking less loaded than it is for a while, never full (a wrapped count) for
+// good.
+func (b *backendLoad) sub(charge int64) {
+	if b.acc.Add(-(1<<costBits + charge)) < 0 {
+		b.acc.Add(1<<costBits + charge)
+	}
+}
 
 // counts returns the in-flight leases and their cost.
 func (b *backendLoad) counts() (requests, cost int64) {
 	v := b.acc.Load()
+	if v < 1<<costBits { // no lease open (below 0 only between an extra release and its undo)
+		return 0, 0
+	}
 	return v >> costBits, v & costMask
 }
 

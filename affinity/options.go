@@ -26,7 +26,7 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithClock sets the clock (default: the system clock; see also [CoarseClock] and
-// package affinitytest). nil keeps the default.
+// package affinitytest). nil, a nil ClockFunc and a nil *CoarseClock keep the default.
 func WithClock(c Clock) Option { return optionFunc(func(o *options) { o.clock = c }) }
 
 // WithRecorder sets the metrics recorder (default metrics.Noop{}). It is called outside

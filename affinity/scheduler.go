@@ -18,7 +18,8 @@ import (
 // the contract stated in the package documentation.
 //
 // All methods are safe for concurrent use. A Scheduler starts no goroutine and needs no
-// Close.
+// Close. Make one with [New]: the zero Scheduler and a nil *Scheduler are not usable (their
+// methods panic).
 type Scheduler struct {
 	t      *Table
 	health *health.Set
