@@ -237,8 +237,10 @@ type HealthConfig struct {
 	PassiveRecheckSeconds float64 `yaml:"passive_recheck_seconds"`
 }
 
-// ParseConfig decodes YAML strictly (an unknown key is an error), applies defaults
-// and validates. Errors wrap [ErrInvalidConfig].
+// ParseConfig decodes YAML strictly (an unknown key is an error, and so is a number
+// with a fractional part in an integer key such as max_body_bytes or limits.*: "is not a
+// whole number", with the key and line), applies defaults and validates. Errors wrap
+// [ErrInvalidConfig]. Cost: the document is decoded twice (typed, then as nodes).
 func ParseConfig(data []byte) (Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -255,6 +257,14 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, invalidFrom(kind, "affinity", err, affinity.ErrInvalidConfig)
 		}
 		return Config{}, &configError{kind: kind, msg: err.Error(), cause: err}
+	}
+	// The typed decoding truncates a fraction in an integer key (10.9 -> 10): read the
+	// document again as nodes to refuse it (config_numbers.go).
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err == nil {
+		if err := checkWholeNumbers(&doc); err != nil {
+			return Config{}, err
+		}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
