@@ -26,7 +26,8 @@ const (
 // [ProbeConfig.Validate] and [NewProber].
 var (
 	// ErrInvalidProbeConfig: a ProbeConfig field is out of range (negative, NaN, infinite,
-	// below one nanosecond, or a path not starting with "/").
+	// below one nanosecond, or a path that is not an absolute URL path: see
+	// [ProbeConfig.Path]).
 	ErrInvalidProbeConfig = errors.New("health: invalid probe config")
 	// ErrInvalidTarget: a Target has an empty ID or an unusable URL (see [Target.URL]).
 	ErrInvalidTarget = errors.New("health: invalid probe target")
@@ -37,8 +38,11 @@ var (
 // ProbeConfig configures a [Prober]. It is plain data (YAML/JSON tags); a zero field
 // takes its default. Negative values are errors.
 type ProbeConfig struct {
-	// Path is requested on every target's base URL; it must start with "/".
-	// Default "/health".
+	// Path is requested on every target's base URL; it must start with "/" and be
+	// printable ASCII without spaces or '#' (escape them: "/my%20health"), with valid
+	// %-escapes; a query is kept ("/health?full=1"). Anything else is
+	// [ErrInvalidProbeConfig]: a space or control byte made every probe fail, so every
+	// target went Down at once. Default "/health".
 	Path string `yaml:"path" json:"path"`
 	// IntervalSeconds is the time between the starts of two probe rounds, in seconds.
 	// Default 5. A round that takes longer than the interval delays the next one, which
@@ -79,8 +83,8 @@ func (c ProbeConfig) resolve() (resolved, error) {
 	}
 	if r.path == "" {
 		r.path = DefaultProbePath
-	} else if !strings.HasPrefix(r.path, "/") {
-		return r, fmt.Errorf("%w: path %q must start with \"/\"", ErrInvalidProbeConfig, c.Path)
+	} else if why := pathProblem(r.path); why != "" {
+		return r, fmt.Errorf("%w: path %q %s", ErrInvalidProbeConfig, c.Path, why)
 	}
 	var err error
 	if r.interval, err = seconds("interval_seconds", c.IntervalSeconds, DefaultIntervalSeconds); err != nil {
@@ -104,6 +108,25 @@ func (c ProbeConfig) resolve() (resolved, error) {
 		r.successThreshold = DefaultSuccessThreshold
 	}
 	return r, nil
+}
+
+// pathProblem says why p is not a usable probe path ("" when it is): it must start with
+// "/" and be printable ASCII without spaces (0x21..0x7e; a space or control byte would be
+// escaped or refused on the wire, so every probe would fail) and without '#' (a fragment
+// is never sent), with valid %-escapes. A query ("/health?full=1") is allowed.
+func pathProblem(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return `must start with "/"`
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f || c == '#' {
+			return fmt.Sprintf("has byte %q at offset %d: want an absolute URL path of printable ASCII, no spaces or '#' (escape them: %%20)", c, i)
+		}
+	}
+	if _, err := url.ParseRequestURI(p); err != nil {
+		return "is not a valid URL path: " + err.Error()
+	}
+	return ""
 }
 
 // seconds converts a config value in seconds to a positive Duration.

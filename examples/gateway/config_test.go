@@ -127,6 +127,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},
 		{"backend tier too long", "backends: [{id: a, url: 'http://127.0.0.1:1', tier: " + strings.Repeat("t", 256) + "}]\n", gateway.ErrTierName, []string{"backends[0].tier", `"a"`, "256 bytes (max 255)"}},
 		{"health path", "health: {path: health}\n" + minimal, gateway.ErrHealthConfig, []string{"health.path", "health"}},
+		{"health path with a space", "health: {path: '/h h'}\n" + minimal, gateway.ErrHealthConfig, []string{`health.path: "/h h" has byte ' ' at offset 2`}},
+		{"health path with a control byte", "health: {path: \"/h\\th\"}\n" + minimal, gateway.ErrHealthConfig, []string{`health.path: "/h\th" has byte '\t'`}},
 		{"health interval", "health: {interval_seconds: -1}\n" + minimal, gateway.ErrHealthConfig, []string{"health.interval_seconds", "-1"}},
 		{"passive recheck", "health: {passive_recheck_seconds: -2}\n" + minimal, gateway.ErrPassiveRecheck, []string{"passive_recheck_seconds", "-2"}},
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
 )
 
 // configError is a configuration error. Its message says "gateway: invalid config:"
@@ -140,8 +141,13 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes <= 0 {
 		return invalid(ErrMaxBodyBytes, "max_body_bytes: %d: must be > 0", c.MaxBodyBytes)
 	}
-	if c.Health.Path == "" || c.Health.Path[0] != '/' {
+	if c.Health.Path == "" { // WithDefaults fills it; health.ProbeConfig would too
 		return invalid(ErrHealthConfig, "health.path: %q: must start with /", c.Health.Path)
+	}
+	if err := (health.ProbeConfig{Path: c.Health.Path}).Validate(); err != nil {
+		// The prober's own rule: an absolute URL path of printable ASCII, no spaces.
+		why := strings.TrimPrefix(err.Error(), health.ErrInvalidProbeConfig.Error()+": path ")
+		return &configError{kind: ErrHealthConfig, msg: "health.path: " + why, cause: err}
 	}
 	for _, f := range []struct {
 		name string
