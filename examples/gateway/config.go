@@ -25,15 +25,15 @@ var (
 	ErrConfigSyntax     = errors.New("gateway: malformed config (YAML syntax or value type)") // YAML that does not decode
 	ErrNoBackends       = errors.New("gateway: no backends")                                  // backends is empty
 	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")                         // two backends share an id
-	ErrBackendID        = errors.New("gateway: empty backend id")                             // an id that is empty or blank
+	ErrBackendID        = errors.New("gateway: bad backend id")                               // empty or blank, over MaxBackendIDBytes, a control byte or not UTF-8
 	ErrBackendURL       = errors.New("gateway: bad backend url")                              // not http(s)://host, or has a query/fragment
 	ErrBackendWeight    = errors.New("gateway: bad backend weight")                           // negative, NaN, Inf or out of hrw's range
 	ErrListenAddress    = errors.New("gateway: bad listen address")                           // not host:port with port 0..65535
 	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")                           // <= 0 after defaults
-	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token, or Host, Content-Length or a hop-by-hop header
+	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token, Host, Content-Length or a hop-by-hop header, or listed twice
 	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
-	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers value, or a tier name over 255 bytes
+	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers key or value or affinity.tiers name, or a tier name over 255 bytes
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a number of seconds in 0.001..1e6
 	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a number of seconds in 0.001..1e6
 	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a number of seconds in 0.001..1e6
@@ -44,12 +44,15 @@ var (
 	ErrLoadReportInterval = errors.New("gateway: bad load_report_seconds")
 	ErrMetricsExporter    = errors.New("gateway: bad metrics.exporter") // not "prometheus" or "otel"
 	ErrBackendClient      = errors.New("gateway: bad backend_client")   // not "direct" or "nethttp"
-	ErrTenantConfig       = errors.New("gateway: bad tenant config")    // e.g. cache_salt without a tenant source
+	ErrTenantConfig       = errors.New("gateway: bad tenant config")    // cache_salt without a tenant source, or secret_env not a variable name
 	// ErrNoSessionHeaders: session_headers is an empty list (no request would carry a
 	// session; omit the key for the defaults, or set affinity.sticky_ttl_seconds: 0).
 	ErrNoSessionHeaders = errors.New("gateway: empty session_headers")
 	// ErrHeaderConflict: tier_header is also a session, parent-session or tenant header,
-	// or is Authorization while tenant.api_key keys tenants by it.
+	// or is Authorization while tenant.api_key keys tenants by it; or a
+	// parent_session_headers entry is also a session header (a session would be its own
+	// parent); or tenant.header is also a session or parent-session header (every session
+	// would be a tenant of its own).
 	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
 	// ErrBindingSnapshot: binding_snapshot names a directory, or its directory does not
 	// exist or does not take a new file (checked by [New] and [Gateway.Reload]).
@@ -113,7 +116,9 @@ type Config struct {
 	Listen string `yaml:"listen"`
 	// Affinity is the scheduler configuration, decoded with the library's own keys
 	// (sticky_ttl_seconds, max_bindings, max_session_id_bytes, tiers). An omitted
-	// sticky_ttl_seconds means the library default (1800 s); 0 turns affinity off.
+	// sticky_ttl_seconds means the library default (1800 s); 0 turns affinity off. An
+	// empty tier name under tiers is [ErrTierName] (decision: the default pool's TTL is
+	// sticky_ttl_seconds; a second way to set it is a mistake more often than not).
 	Affinity affinity.Config `yaml:"affinity"`
 	// Backends are the inference servers. At least one is required.
 	Backends []BackendConfig `yaml:"backends"`
@@ -137,7 +142,10 @@ type Config struct {
 	// (up to 64 bytes) except when the tier header is Authorization or the tenant header:
 	// a credential or tenant identity is never echoed.
 	TierHeader string `yaml:"tier_header"`
-	// ModelTiers maps the request body's "model" to a tier, used when the tier header is absent.
+	// ModelTiers maps the request body's "model" to a tier, used when the tier header is
+	// absent. An empty model name or tier is [ErrTierName] (decision: a "" key would send
+	// every request without a model, GET /v1/models included, to that tier; the tier
+	// header is the way to route those).
 	ModelTiers map[string]string `yaml:"model_tiers"`
 	// RequireSession rejects generation requests (POST .../chat/completions, completions,
 	// responses, messages) without a session ID (JSON 400) instead of routing them
@@ -210,7 +218,10 @@ type Config struct {
 
 // BackendConfig is one inference server.
 type BackendConfig struct {
-	// ID is the stable backend name used for hashing and bindings (required, unique).
+	// ID is the stable backend name used for hashing and bindings (required, unique). It
+	// is also a metric label value, a log field and a response header, so it must be
+	// printable UTF-8 of at most [MaxBackendIDBytes] bytes without control bytes (NUL,
+	// newline, DEL); anything else is [ErrBackendID].
 	ID string `yaml:"id"`
 	// URL is the base URL, e.g. http://10.0.0.5:8000 (scheme http or https, host required).
 	URL string `yaml:"url"`

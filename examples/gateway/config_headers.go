@@ -8,9 +8,11 @@ import (
 
 // validateHeaders checks the request headers the gateway reads: session_headers (a
 // non-empty list), parent_session_headers, tier_header and tenant.header are header
-// names it can read a value of (see unreadableHeaders), and tier_header is none of the
-// others (nor Authorization with tenant.api_key: its bearer key would be taken for a
-// tier name).
+// names it can read a value of (see unreadableHeaders); no name is listed twice in
+// session_headers or parent_session_headers (ErrHeaderName); no parent session header
+// is a session header, and tenant.header is neither (ErrHeaderConflict: a session would
+// be its own parent, or its own tenant); and tier_header is none of the others (nor
+// Authorization with tenant.api_key: its bearer key would be taken for a tier name).
 func (c Config) validateHeaders() error {
 	if len(c.SessionHeaders) == 0 {
 		return invalid(ErrNoSessionHeaders, "session_headers: empty list: no request would carry a session ID, "+
@@ -32,6 +34,9 @@ func (c Config) validateHeaders() error {
 		if err := check(key, h); err != nil {
 			return err
 		}
+		if first, dup := others[http.CanonicalHeaderKey(h)]; dup {
+			return invalid(ErrHeaderName, "%s: %q: listed twice (also %s); header names are case-insensitive", key, h, first)
+		}
 		others[http.CanonicalHeaderKey(h)] = key
 	}
 	for i, h := range c.ParentSessionHeaders {
@@ -39,8 +44,22 @@ func (c Config) validateHeaders() error {
 		if err := check(key, h); err != nil {
 			return err
 		}
-		if _, dup := others[http.CanonicalHeaderKey(h)]; !dup {
-			others[http.CanonicalHeaderKey(h)] = key
+		switch first, dup := others[http.CanonicalHeaderKey(h)]; {
+		case dup && strings.HasPrefix(first, "session_headers"):
+			return invalid(ErrHeaderConflict, "%s: %q is also %s: every session would be its own parent; "+
+				"give the parent session a header of its own", key, h, first)
+		case dup:
+			return invalid(ErrHeaderName, "%s: %q: listed twice (also %s); header names are case-insensitive", key, h, first)
+		}
+		others[http.CanonicalHeaderKey(h)] = key
+	}
+	if h := c.Tenant.Header; h != "" {
+		if err := check("tenant.header", h); err != nil {
+			return err
+		}
+		if first, dup := others[http.CanonicalHeaderKey(h)]; dup {
+			return invalid(ErrHeaderConflict, "tenant.header: %q is also %s: every session (or parent) would be a tenant "+
+				"of its own; give the tenant its own header", h, first)
 		}
 	}
 	if c.Tenant.APIKey {
@@ -49,9 +68,6 @@ func (c Config) validateHeaders() error {
 		}
 	}
 	if h := c.Tenant.Header; h != "" {
-		if err := check("tenant.header", h); err != nil {
-			return err
-		}
 		if _, dup := others[http.CanonicalHeaderKey(h)]; !dup {
 			others[http.CanonicalHeaderKey(h)] = "tenant.header"
 		}

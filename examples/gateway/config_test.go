@@ -123,6 +123,19 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tier header is Authorization with tenant.api_key", "tier_header: Authorization\ntenant: {api_key: true}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "Authorization" is also tenant.api_key`}},
 		{"tier header is authorization with tenant.api_key", "tier_header: authorization\ntenant: {api_key: true, header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "authorization" is also tenant.api_key`}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
+		{"empty model name", "model_tiers: {'': t}\n" + minimal, gateway.ErrTierName, []string{`model_tiers[""]: empty model name`}},
+		{"empty affinity tier name", "affinity: {tiers: {'': {sticky_ttl_seconds: 5}}}\n" + minimal, gateway.ErrTierName, []string{`affinity.tiers[""]: empty tier name`}},
+		{"duplicate session header", "session_headers: [X-A, X-B, x-a]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[2]: "x-a": listed twice (also session_headers[0])`}},
+		{"duplicate parent session header", "parent_session_headers: [X-P, X-P]\n" + minimal, gateway.ErrHeaderName, []string{`parent_session_headers[1]: "X-P": listed twice (also parent_session_headers[0])`}},
+		{"parent session header is a session header", "parent_session_headers: [x-session-id]\n" + minimal, gateway.ErrHeaderConflict, []string{`parent_session_headers[0]: "x-session-id" is also session_headers[0]`, "its own parent"}},
+		{"tenant header is a session header", "tenant: {header: X-Session-ID}\n" + minimal, gateway.ErrHeaderConflict, []string{`tenant.header: "X-Session-ID" is also session_headers[0]`}},
+		{"tenant header is a parent session header", "tenant: {header: X-Parent-Session-ID}\n" + minimal, gateway.ErrHeaderConflict, []string{`tenant.header: "X-Parent-Session-ID" is also parent_session_headers[0]`}},
+		{"secret_env with a space", "tenant: {api_key: true, secret_env: 'A B'}\n" + minimal, gateway.ErrTenantConfig, []string{`tenant.secret_env: "A B": not an environment variable name`}},
+		{"secret_env starting with a digit", "tenant: {header: X-T, secret_env: 1SECRET}\n" + minimal, gateway.ErrTenantConfig, []string{`tenant.secret_env: "1SECRET"`}},
+		{"secret_env with =", "tenant: {header: X-T, secret_env: '='}\n" + minimal, gateway.ErrTenantConfig, []string{`tenant.secret_env: "="`}},
+		{"backend id too long", "backends: [{id: " + strings.Repeat("b", 257) + ", url: 'http://h:1'}]\n", gateway.ErrBackendID, []string{"backends[0].id", "257 bytes (max 256)"}},
+		{"backend id with NUL", "backends: [{id: \"a\\0b\", url: 'http://h:1'}]\n", gateway.ErrBackendID, []string{"backends[0].id", `control byte '\x00' at offset 1`}},
+		{"backend id with a newline", "backends: [{id: \"a\\nb\", url: 'http://h:1'}]\n", gateway.ErrBackendID, []string{"backends[0].id", `control byte '\n'`}},
 		{"budget without room for the salted copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "tenant.cache_salt"}},
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},
 		{"backend tier too long", "backends: [{id: a, url: 'http://127.0.0.1:1', tier: " + strings.Repeat("t", 256) + "}]\n", gateway.ErrTierName, []string{"backends[0].tier", `"a"`, "256 bytes (max 255)"}},
@@ -142,6 +155,20 @@ func TestParseConfigErrors(t *testing.T) {
 				assert.Contains(t, err.Error(), s)
 			}
 		})
+	}
+}
+
+// A backend id is a metric label value: invalid UTF-8 (which YAML cannot carry, but a
+// Config built in code can) is refused; printable non-ASCII text and 256 bytes are fine.
+func TestValidateBackendID(t *testing.T) {
+	cfg := func(id string) gateway.Config {
+		return gateway.Config{Backends: []gateway.BackendConfig{{ID: id, URL: "http://h:1"}}}.WithDefaults()
+	}
+	err := cfg("a\xffb").Validate()
+	assert.ErrorIs(t, err, gateway.ErrBackendID)
+	assert.ErrorContains(t, err, "not valid UTF-8")
+	for _, id := range []string{"vllm-ä-1", strings.Repeat("b", gateway.MaxBackendIDBytes), "a b"} {
+		assert.NoError(t, cfg(id).Validate(), id)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
@@ -109,6 +110,9 @@ func (c Config) Validate() error {
 		if strings.TrimSpace(b.ID) == "" {
 			return invalid(ErrBackendID, "backends[%d].id: %q: is empty; every backend needs a non-blank id", i, b.ID)
 		}
+		if why := backendIDProblem(b.ID); why != "" {
+			return invalid(ErrBackendID, "backends[%d].id: %q: %s", i, truncate(b.ID, 64), why)
+		}
 		if j, dup := seen[b.ID]; dup {
 			return invalid(ErrDuplicateBackend, "backends[%d].id: %q already used by backends[%d]", i, b.ID, j)
 		}
@@ -129,8 +133,14 @@ func (c Config) Validate() error {
 	if err := c.validateHeaders(); err != nil {
 		return err
 	}
+	if _, ok := c.Affinity.Tiers[""]; ok {
+		return invalid(ErrTierName, `affinity.tiers[""]: empty tier name: the default pool's TTL is affinity.sticky_ttl_seconds`)
+	}
 	for _, model := range slices.Sorted(maps.Keys(c.ModelTiers)) { // sorted: the same file, the same first error
 		switch tier := c.ModelTiers[model]; {
+		case model == "":
+			return invalid(ErrTierName, `model_tiers[""]: empty model name: it would map every request without a "model" `+
+				"(GET /v1/models, ...) to tier %q; name a model, or send the tier header", truncate(tier, 64))
 		case tier == "":
 			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
 		case len(tier) > affinity.MaxTierBytes:
@@ -172,6 +182,9 @@ func (c Config) Validate() error {
 	if v := c.LoadReportSeconds; secondsProblem(v, true) != "" {
 		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: %s", v, secondsProblem(v, true))
 	}
+	if e := c.Tenant.SecretEnv; e != "" && !validEnvName(e) {
+		return invalid(ErrTenantConfig, "tenant.secret_env: %q: not an environment variable name (letters, digits and _, not starting with a digit)", truncate(e, 64))
+	}
 	if c.Tenant.CacheSalt && !c.Tenant.APIKey && c.Tenant.Header == "" {
 		return invalid(ErrTenantConfig, "tenant.cache_salt: true needs a tenant source (tenant.api_key or tenant.header)")
 	}
@@ -212,6 +225,44 @@ func (c Config) minInflightBytes() (int64, string) {
 		need = 2*n + saltedExtra
 	}
 	return need, fmt.Sprintf("2 x max_body_bytes + %d (%d) with tenant.cache_salt on: a salted request holds its body and the salted copy", saltedExtra, need)
+}
+
+// MaxBackendIDBytes is the longest backends[].id accepted, in bytes. The id is a label
+// value of every per-backend metric series, a log field and a response header
+// (X-Agent-Serve-Backend), so it is kept short and printable.
+const MaxBackendIDBytes = 256
+
+// backendIDProblem says why id (not blank) is not a usable backend id ("" when it is):
+// over MaxBackendIDBytes, not UTF-8 (a Prometheus label value must be), or holding a
+// control byte (NUL, newline, DEL: they break log lines and headers).
+func backendIDProblem(id string) string {
+	if len(id) > MaxBackendIDBytes {
+		return fmt.Sprintf("%d bytes (max %d)", len(id), MaxBackendIDBytes)
+	}
+	if !utf8.ValidString(id) {
+		return "not valid UTF-8"
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < ' ' || c == 0x7f {
+			return fmt.Sprintf("control byte %q at offset %d; want printable text", c, i)
+		}
+	}
+	return ""
+}
+
+// validEnvName reports whether s is a POSIX environment variable name:
+// [A-Za-z_][A-Za-z0-9_]*.
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 func checkBackendURL(raw string) error {

@@ -35,7 +35,11 @@
 //     affinity.sticky_ttl_seconds: 0 says so), and so are Host, Content-Length and
 //     hop-by-hop headers as session, parent, tier or tenant headers ([ErrHeaderName]:
 //     net/http keeps Host and Transfer-Encoding out of the header map; the others
-//     describe the connection or the body). With tenant scoping ([TenantConfig]) both are
+//     describe the connection or the body). Decision: a name listed twice in
+//     session_headers or parent_session_headers is [ErrHeaderName], and a parent
+//     header that is also a session header, or a tenant.header that is either, is
+//     [ErrHeaderConflict] (a session would be its own parent, or its own tenant: each
+//     ran without a word before). With tenant scoping ([TenantConfig]) both are
 //     prefixed with a keyed hash of the request's tenant (a request without a tenant
 //     identity belongs to one anonymous tenant)
 //     ([TenantTagBytes] bytes; affinity.max_session_id_bytes bounds the ID the client

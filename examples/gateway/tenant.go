@@ -47,6 +47,9 @@ type TenantConfig struct {
 	APIKey bool `yaml:"api_key"`
 	// SecretEnv names the environment variable holding the HMAC-SHA256 key (any bytes;
 	// use 32 random ones). Default AGENTSERVE_TENANT_SECRET when a source is configured.
+	// A name that is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, e.g.
+	// "A B") is [ErrTenantConfig]: no variable could be set under it, so the hashes
+	// would be unkeyed for ever.
 	// If the variable is unset or empty the hashes fall back to unkeyed SHA-256 and the
 	// gateway logs a warning at startup: still never raw, but a guessable tenant ID
 	// (a short header value) can then be confirmed from its hash. Every gateway replica
