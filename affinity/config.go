@@ -234,26 +234,16 @@ func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
 
 // yamlNumbers holds the integer keys of Config as the YAML decoder read them, before any
 // conversion: yaml.v2 and yaml.v3 convert a float into an int field by truncation, so
-// 0.9 would turn affinity off and -0.5 would pass as 0.
+// 0.9 would turn affinity off and -0.5 would pass as 0. Load and each tier are read as
+// maps, which take any key: a misspelt key there is left to the typed decoding, whose
+// strict-mode message names the key, its line and LoadConfig or TierConfig (a struct
+// here would put its whole anonymous type in the message).
 type yamlNumbers struct {
-	StickyTTLSeconds  any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
-	MaxBindings       any `yaml:"max_bindings" json:"max_bindings"`
-	MaxSessionIDBytes any `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
-	Tiers             map[string]struct {
-		StickyTTLSeconds any `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
-	} `yaml:"tiers" json:"tiers"`
-	// Load lists every key of LoadConfig: a strict decoder (yaml.v3 KnownFields) rejects
-	// keys this struct lacks.
-	Load struct {
-		BalanceFactor     any `yaml:"balance_factor" json:"balance_factor"`
-		SpillCostWeight   any `yaml:"spill_cost_weight" json:"spill_cost_weight"`
-		DisableSpill      any `yaml:"disable_spill" json:"disable_spill"`
-		QueuedRequestCost any `yaml:"queued_request_cost" json:"queued_request_cost"`
-		ColdCacheRatio    any `yaml:"cold_cache_ratio" json:"cold_cache_ratio"`
-		DrainTokensPerSec any `yaml:"drain_tokens_per_second" json:"drain_tokens_per_second"`
-		DrainEWMAWeight   any `yaml:"drain_ewma_weight" json:"drain_ewma_weight"`
-		RetentionGuard    any `yaml:"retention_guard_factor" json:"retention_guard_factor"`
-	} `yaml:"load" json:"load"`
+	StickyTTLSeconds  any                       `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
+	MaxBindings       any                       `yaml:"max_bindings" json:"max_bindings"`
+	MaxSessionIDBytes any                       `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
+	Tiers             map[string]map[string]any `yaml:"tiers" json:"tiers"`
+	Load              map[string]any            `yaml:"load" json:"load"`
 }
 
 func (r yamlNumbers) check() error {
@@ -266,23 +256,19 @@ func (r yamlNumbers) check() error {
 	if err := wholeNumber("max_session_id_bytes", r.MaxSessionIDBytes); err != nil {
 		return err
 	}
-	if err := wholeNumber("load.queued_request_cost", r.Load.QueuedRequestCost); err != nil {
+	if err := wholeNumber("load.queued_request_cost", r.Load["queued_request_cost"]); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		v    any
-	}{
-		{"load.balance_factor", r.Load.BalanceFactor}, {"load.spill_cost_weight", r.Load.SpillCostWeight},
-		{"load.cold_cache_ratio", r.Load.ColdCacheRatio}, {"load.drain_tokens_per_second", r.Load.DrainTokensPerSec},
-		{"load.drain_ewma_weight", r.Load.DrainEWMAWeight}, {"load.retention_guard_factor", r.Load.RetentionGuard},
+	for _, key := range []string{
+		"balance_factor", "spill_cost_weight", "cold_cache_ratio", "drain_tokens_per_second",
+		"drain_ewma_weight", "retention_guard_factor",
 	} {
-		if s, ok := f.v.(string); ok { // e.g. 1e400: past float64, so YAML reads a string
-			return fmt.Errorf("%w: %s: %s is not a number in float64's range", ErrInvalidConfig, f.name, quote(s))
+		if s, ok := r.Load[key].(string); ok { // e.g. 1e400: past float64, so YAML reads a string
+			return fmt.Errorf("%w: load.%s: %s is not a number in float64's range", ErrInvalidConfig, key, quote(s))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Tiers)) {
-		if err := wholeNumber("tiers."+name+".sticky_ttl_seconds", r.Tiers[name].StickyTTLSeconds); err != nil {
+		if err := wholeNumber("tiers."+name+".sticky_ttl_seconds", r.Tiers[name]["sticky_ttl_seconds"]); err != nil {
 			return err
 		}
 	}

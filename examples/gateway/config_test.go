@@ -158,6 +158,23 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+// A misspelt key under affinity.load or an affinity.tiers entry is reported like one in
+// any other section (key, line and the Go type it is not in), not with the whole
+// anonymous struct the affinity section decodes its numbers into (~700 bytes).
+func TestParseConfigUnknownAffinityKeyIsShort(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"affinity:\n  load:\n    balance_factor: 1.25\n    spill_cost_wieght: 5\n", "line 4: field spill_cost_wieght not found in type affinity.LoadConfig"},
+		{"affinity:\n  tiers:\n    gold: {sticky_ttl: 5}\n", "line 3: field sticky_ttl not found in type affinity.TierConfig"},
+	} {
+		_, err := gateway.ParseConfig([]byte(tc.doc + minimal))
+		require.Error(t, err, tc.doc)
+		assert.ErrorIs(t, err, gateway.ErrUnknownKey)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.NotContains(t, err.Error(), "interface {}")
+		assert.Less(t, len(err.Error()), 200, err.Error())
+	}
+}
+
 // A backend id is a metric label value: invalid UTF-8 (which YAML cannot carry, but a
 // Config built in code can) is refused; printable non-ASCII text and 256 bytes are fine.
 func TestValidateBackendID(t *testing.T) {
