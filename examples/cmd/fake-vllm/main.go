@@ -5,9 +5,10 @@
 //	go run -C examples ./cmd/fake-vllm -addr 127.0.0.1:8001 -id b1 -time-scale 0.1
 //
 // It shuts down gracefully on SIGINT or SIGTERM (in-flight requests get -shutdown-timeout
-// to finish). Decision: a numeric flag given as 0 is an error (-max-concurrent 0 would
-// otherwise mean the default, 4, without a word; so would -time-scale 0 mean 1); omit
-// the flag for the default.
+// to finish; a negative -shutdown-timeout is an error). Decision: a numeric flag given
+// as 0 is an error (-max-concurrent 0 would otherwise mean the default, 4, without a
+// word; so would -time-scale 0 mean 1), with the same message as a negative one
+// ("must be > 0"); omit the flag for the default.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -49,6 +51,33 @@ func errorLine(err error) string {
 	return commandName + ": " + strings.TrimPrefix(err.Error(), "fakevllm: ")
 }
 
+// checkFlags refuses numeric flags given out of range, naming the flag and its rule.
+// fakevllm.Config takes 0 for "the default": given on the command line, 0 is an error
+// rather than a silent default, and a negative (or, for -time-scale, non-finite) value
+// gets the same message, so the rule reads the same whichever side it is broken on.
+// -shutdown-timeout must be >= 0 (0: in-flight requests are cut at once).
+func checkFlags(fs *flag.FlagSet, cfg fakevllm.Config, shutdownTimeout time.Duration) error {
+	bad := map[string]bool{
+		"block-tokens": cfg.BlockTokens <= 0, "cache-blocks": cfg.CacheBlocks <= 0,
+		"prefill-per-token": cfg.PrefillPerToken <= 0, "decode-per-token": cfg.DecodePerToken <= 0,
+		"max-concurrent": cfg.MaxConcurrent <= 0, "default-max-tokens": cfg.DefaultMaxTokens <= 0,
+		"time-scale": !(cfg.TimeScale > 0) || math.IsInf(cfg.TimeScale, 0),
+	}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch {
+		case err != nil:
+		case f.Name == "time-scale" && bad[f.Name]:
+			err = fmt.Errorf("-%s %s: must be a finite number > 0 (omit the flag for the default, %s)", f.Name, f.Value, f.DefValue)
+		case bad[f.Name]:
+			err = fmt.Errorf("-%s %s: must be > 0 (omit the flag for the default, %s)", f.Name, f.Value, f.DefValue)
+		case f.Name == "shutdown-timeout" && shutdownTimeout < 0:
+			err = fmt.Errorf("-%s %s: must be >= 0 (0: in-flight requests are cut at once)", f.Name, f.Value)
+		}
+	})
+	return err
+}
+
 // run parses args, serves until ctx is done, then shuts down gracefully. It logs the
 // listening address ("listening" with addr=host:port) to logOut.
 func run(ctx context.Context, args []string, logOut io.Writer) error {
@@ -63,31 +92,17 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", fakevllm.DefaultPrefillPerToken, "simulated prefill time per uncached prompt token (> 0)")
 	fs.DurationVar(&cfg.DecodePerToken, "decode-per-token", fakevllm.DefaultDecodePerToken, "simulated decode time per output token (> 0)")
 	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", fakevllm.DefaultMaxConcurrent, "running sequences (>= 1); the rest wait FIFO")
-	fs.Float64Var(&cfg.TimeScale, "time-scale", fakevllm.DefaultTimeScale, "multiplies every simulated duration, e.g. 0.01 (> 0)")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", fakevllm.DefaultTimeScale, "multiplies every simulated duration, e.g. 0.01 (finite, > 0)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", fakevllm.DefaultMaxTokens, "output tokens when a request sets no max_tokens (> 0)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "grace period for in-flight requests on SIGINT/SIGTERM")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "grace period for in-flight requests on SIGINT/SIGTERM (>= 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	// fakevllm.Config takes 0 for "the default": given on the command line, 0 is an error
-	// rather than a silent default.
-	zero := map[string]bool{
-		"block-tokens": cfg.BlockTokens == 0, "cache-blocks": cfg.CacheBlocks == 0,
-		"prefill-per-token": cfg.PrefillPerToken == 0, "decode-per-token": cfg.DecodePerToken == 0,
-		"max-concurrent": cfg.MaxConcurrent == 0, "time-scale": cfg.TimeScale == 0,
-		"default-max-tokens": cfg.DefaultMaxTokens == 0,
-	}
-	var zeroErr error
-	fs.Visit(func(f *flag.Flag) {
-		if zero[f.Name] && zeroErr == nil {
-			zeroErr = fmt.Errorf("-%s %s: must be > 0 (omit the flag for the default, %s)", f.Name, f.Value, f.DefValue)
-		}
-	})
-	if zeroErr != nil {
-		return zeroErr
+	if err := checkFlags(fs, cfg, *shutdownTimeout); err != nil {
+		return err
 	}
 
 	srv, err := fakevllm.New(cfg)

@@ -92,14 +92,22 @@ func TestRunFlagErrorsNameTheFlag(t *testing.T) {
 		want string // errorLine of the error
 	}{
 		{[]string{"-max-concurrent", "0"}, "fake-vllm: -max-concurrent 0: must be > 0 (omit the flag for the default, 4)"},
-		{[]string{"-time-scale", "0"}, "fake-vllm: -time-scale 0: must be > 0 (omit the flag for the default, 1)"},
+		{[]string{"-time-scale", "0"}, "fake-vllm: -time-scale 0: must be a finite number > 0 (omit the flag for the default, 1)"},
 		{[]string{"-prefill-per-token", "0s"}, "fake-vllm: -prefill-per-token 0s: must be > 0 (omit the flag for the default, 1ms)"},
 		{[]string{"-cache-blocks", "0"}, "fake-vllm: -cache-blocks 0: must be > 0 (omit the flag for the default, 4096)"},
-		{[]string{"-max-concurrent", "-1"}, "fake-vllm: invalid config: max_concurrent -1 < 0"},
+		// A negative value breaks the same rule as 0 and says so the same way.
+		{[]string{"-max-concurrent", "-1"}, "fake-vllm: -max-concurrent -1: must be > 0 (omit the flag for the default, 4)"},
+		{[]string{"-time-scale", "-1"}, "fake-vllm: -time-scale -1: must be a finite number > 0 (omit the flag for the default, 1)"},
+		{[]string{"-time-scale", "NaN"}, "fake-vllm: -time-scale NaN: must be a finite number > 0 (omit the flag for the default, 1)"},
+		{[]string{"-time-scale", "+Inf"}, "fake-vllm: -time-scale +Inf: must be a finite number > 0 (omit the flag for the default, 1)"},
+		{[]string{"-decode-per-token", "-1ms"}, "fake-vllm: -decode-per-token -1ms: must be > 0 (omit the flag for the default, 20ms)"},
+		{[]string{"-addr", "127.0.0.1:0", "-shutdown-timeout", "-1s"}, "fake-vllm: -shutdown-timeout -1s: must be >= 0 (0: in-flight requests are cut at once)"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			err := run(context.Background(), tt.args, io.Discard)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // a flag that is let through serves nothing and returns at once
+			err := run(ctx, tt.args, io.Discard)
 			require.Error(t, err)
 			assert.Equal(t, tt.want, errorLine(err))
 		})
