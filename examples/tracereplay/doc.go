@@ -34,9 +34,11 @@
 // # Simulated backends
 //
 // Each of the N backends has an LRU prefix cache of C blocks (-cache-blocks; default 20 %
-// of the trace's distinct blocks / N) with prefix semantics: a block counts as reused only
-// if every earlier block of the request is cached too; the partial last block counts by
-// its real length. It serves requests one at a time in FIFO order; the service time is
+// of the trace's distinct blocks / N, in whole blocks and at least 1: when that is not
+// 20 % as printed, rounded down or raised to 1 block because N is large, a "note:" line
+// under the N = ... line says what share the caches hold) with prefix semantics: a block
+// counts as reused only if every earlier block of the request is cached too; the partial
+// last block counts by its real length. It serves requests one at a time in FIFO order; the service time is
 //
 //	20 ms + 60 µs * uncached prompt tokens + 500 µs * output tokens
 //

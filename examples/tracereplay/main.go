@@ -24,6 +24,31 @@ const defaultTrace = "../../shared/traces/mooncake_conversation_trace.jsonl"
 // split over the backends (so the total cache is the same whatever N).
 const defaultCacheShare = 0.20
 
+// cacheShareNote says, when the default cache size (defaultCacheShare of distinct blocks
+// over backends, in whole blocks, at least 1) does not come out at that share as printed
+// (one decimal), what the share is and why: rounded down to whole blocks, or raised to
+// the minimum of one block per backend when there are more backends than blocks to share.
+// "" when the share is as asked. cacheBlocks is the size used.
+func cacheShareNote(distinct, backends, cacheBlocks int) string {
+	if distinct <= 0 || backends <= 0 {
+		return ""
+	}
+	want := 100 * defaultCacheShare
+	got := 100 * float64(cacheBlocks) * float64(backends) / float64(distinct)
+	if fmt.Sprintf("%.1f", got) == fmt.Sprintf("%.1f", want) {
+		return ""
+	}
+	each := defaultCacheShare * float64(distinct) / float64(backends)
+	if each < 1 {
+		return fmt.Sprintf("%g %% of the trace's %d distinct blocks over %d backends is %.3g blocks each; "+
+			"every cache holds at least 1 block, so the caches hold %.1f %% of distinct blocks in total, not %g %% "+
+			"(pass -cache-blocks or fewer -backends)", want, distinct, backends, each, got, want)
+	}
+	return fmt.Sprintf("%g %% of the trace's %d distinct blocks over %d backends is %.3g blocks each, "+
+		"rounded down to %d: the caches hold %.1f %% of distinct blocks in total, not %g %%",
+		want, distinct, backends, each, cacheBlocks, got, want)
+}
+
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -177,6 +202,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		o.backends, cacheBlocks, 100*float64(cacheBlocks*o.backends)/float64(max(facts.DistinctBlocks, 1)), o.ttl, describeModel(DefaultModel))
 	if len(events) > 0 {
 		fmt.Fprintf(stdout, ", outages: %s", o.down)
+	}
+	if o.cacheBlocks == 0 {
+		if note := cacheShareNote(facts.DistinctBlocks, o.backends, cacheBlocks); note != "" {
+			fmt.Fprintf(stdout, "\nnote: %s", note)
+		}
 	}
 	fmt.Fprint(stdout, "\n\n")
 

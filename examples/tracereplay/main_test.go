@@ -62,6 +62,36 @@ func TestRunOutputs(t *testing.T) {
 	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "PNG signature")
 }
 
+// When the default cache (20 % of the distinct blocks over N, in whole blocks, at least
+// one) cannot hold 20 %, the output says what it holds and why instead of printing a
+// share that contradicts the default silently; an explicit -cache-blocks gets no note.
+func TestRunCacheShareNote(t *testing.T) {
+	trace := writeTemp(t, handTrace+handTraceR7) // 15 distinct blocks
+	tests := []struct {
+		args []string
+		want string // "" = no note
+	}{
+		{[]string{"-backends", "100"}, "note: 20 % of the trace's 15 distinct blocks over 100 backends is 0.03 blocks each; " +
+			"every cache holds at least 1 block, so the caches hold 666.7 % of distinct blocks in total, not 20 % (pass -cache-blocks or fewer -backends)"},
+		{[]string{"-backends", "2"}, "note: 20 % of the trace's 15 distinct blocks over 2 backends is 1.5 blocks each, " +
+			"rounded down to 1: the caches hold 13.3 % of distinct blocks in total, not 20 %"},
+		{[]string{"-backends", "3"}, ""}, // 1 block each: exactly 20 %
+		{[]string{"-backends", "100", "-cache-blocks", "1"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout bytes.Buffer
+			args := append([]string{"-trace", trace, "-policies", "hrw", "-quiet"}, tt.args...)
+			require.NoError(t, run(args, &stdout, &bytes.Buffer{}))
+			if tt.want == "" {
+				assert.NotContains(t, stdout.String(), "note:")
+				return
+			}
+			assert.Contains(t, stdout.String(), "\n"+tt.want+"\n")
+		})
+	}
+}
+
 func TestRunPolicySubset(t *testing.T) {
 	trace := writeTemp(t, handTrace)
 	var stdout bytes.Buffer
