@@ -132,7 +132,9 @@ func (t *Table) Snapshot(w io.Writer) (int, error) {
 }
 
 // Restore reads a snapshot written by [Table.Snapshot] and stores its bindings, returning
-// how many it stored. What restoring means:
+// how many it stored: how many of its records are in the Table when it returns (a record
+// evicted by the cap while Restore ran is not counted, so with no concurrent use the
+// count never exceeds Len()). What restoring means:
 //
 //   - The remaining TTL is preserved minus the time since the snapshot was written (wall
 //     clock of the Table's Clock): a binding with 10 min left, restored 2 min later, has 8
@@ -196,7 +198,8 @@ func (t *Table) Restore(r io.Reader) (int, error) {
 		}
 		return 0
 	})
-	n := 0
+	stored := ps[:0] // the records inserted, in place of ps
+	evicted := false
 	for _, p := range ps {
 		kh := hrw.KeyHash(p.b.SessionID)
 		sh := t.shardFor(kh)
@@ -209,8 +212,23 @@ func (t *Table) Restore(r io.Reader) (int, error) {
 		sh.mu.Unlock()
 		if ev {
 			t.rec.Evicted(evTier)
+			evicted = true
 		}
-		n++
+		stored = append(stored, p)
+	}
+	if !evicted {
+		return len(stored), nil
+	}
+	// The cap evicted some: a record evicted by a later one is not stored.
+	n := 0
+	for _, p := range stored {
+		kh := hrw.KeyHash(p.b.SessionID)
+		sh := t.shardFor(kh)
+		sh.mu.Lock()
+		if sh.idx.find(sh, uint32(kh), p.b.Tier, p.b.SessionID) != 0 {
+			n++
+		}
+		sh.mu.Unlock()
 	}
 	return n, nil
 }

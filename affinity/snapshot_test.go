@@ -261,3 +261,29 @@ func ExampleScheduler_Snapshot() {
 	// restored 1 <nil>
 	// true true
 }
+
+// Restore's count is what it leaves in the table: records the cap evicts while it runs
+// (oldest first) are counted as evictions, not as stored.
+func TestRestoreCountsWhatTheCapKeeps(t *testing.T) {
+	clk := affinitytest.NewClock(t0)
+	src := newSnapScheduler(t, affinity.Config{StickyTTLSeconds: affinity.TTLSeconds(600)}, clk)
+	cands := backends(t, 3)
+	for i := range 10 {
+		_, _, err := src.SelectBackend(fmt.Sprintf("s%d", i), "", cands)
+		require.NoError(t, err)
+		clk.Advance(time.Second)
+	}
+	var buf bytes.Buffer
+	_, err := src.Snapshot(&buf)
+	require.NoError(t, err)
+	for _, maxB := range []int{1, 2, 10, 20} {
+		t.Run(fmt.Sprint("max_bindings ", maxB), func(t *testing.T) {
+			dst := newSnapScheduler(t, affinity.Config{StickyTTLSeconds: affinity.TTLSeconds(600), MaxBindings: maxB}, affinitytest.NewClock(clk.Now()))
+			n, err := dst.Restore(bytes.NewReader(buf.Bytes()))
+			require.NoError(t, err)
+			require.Equal(t, dst.Len(), n, "Restore's count against the table's")
+			require.Equal(t, min(maxB, 10), n)
+			require.Equal(t, uint64(10-n), dst.Stats().Evictions, "each record beyond the cap evicted once")
+		})
+	}
+}
