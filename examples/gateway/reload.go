@@ -46,7 +46,10 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //   - an affinity change (sticky TTL, per-tier TTLs, max_bindings, max_session_id_bytes)
 //     builds a new Scheduler and copies the bindings over through a binding snapshot
 //     (affinity.Scheduler.Snapshot/Restore): each keeps its backend and its remaining TTL,
-//     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings; the new
+//     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings; a lower
+//     max_bindings keeps the most recently used (each binding is copied once, and each
+//     one left out is counted once as an eviction; the log's bindings_copied is how many
+//     the new table holds); the new
 //     Scheduler's Stats count from the reload on (the Prometheus counters continue),
 //     and the outstanding-load gauges keep counting the old one's requests until they
 //     end (outstanding.go);
@@ -113,8 +116,9 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 
 	moved := 0
+	var copied map[bindingKey]struct{}
 	if migrate {
-		if moved, err = copyBindings(old.sched, rt.sched); err != nil {
+		if moved, copied, err = copyBindings(old.sched, rt.sched); err != nil {
 			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
 		}
 		rt.life = &schedLife{sched: rt.sched}
@@ -128,8 +132,7 @@ func (g *Gateway) Reload(cfg Config) error {
 	g.rt.Store(rt)
 	g.pruneRetired()
 	if migrate { // bindings made on the old scheduler while the copy ran
-		n, _ := copyBindings(old.sched, rt.sched)
-		moved += n
+		moved += copyLateBindings(old.sched, rt.sched, copied)
 	}
 
 	var added, removed []string
@@ -176,13 +179,49 @@ func sameProbing(a, b *routing) bool {
 
 func (g *Gateway) isPassive(id string) bool { return g.outliers.isEjected(id) }
 
-// copyBindings copies every valid binding of from into to (keys to already has are kept).
-func copyBindings(from, to *affinity.Scheduler) (int, error) {
+// bindingKey names a binding: its tier and session ID.
+type bindingKey struct{ tier, session string }
+
+// copyBindings copies every valid binding of from into to (keys to already has are kept)
+// through a snapshot, and returns how many of them to holds afterwards (to's cap may
+// evict the oldest: each is counted once as an eviction) and the keys of from it saw
+// before the snapshot was taken, for [copyLateBindings].
+func copyBindings(from, to *affinity.Scheduler) (int, map[bindingKey]struct{}, error) {
+	seen := make(map[bindingKey]struct{}, from.Len())
+	from.Table().Range(func(b affinity.Binding) bool {
+		seen[bindingKey{b.Tier, b.SessionID}] = struct{}{}
+		return true
+	})
 	var buf bytes.Buffer
 	if _, err := from.Snapshot(&buf); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return to.Restore(&buf)
+	n, err := to.Restore(&buf)
+	return n, seen, err
+}
+
+// copyLateBindings copies into to the bindings of from whose keys are not in seen: those
+// made on from by requests that started before the reload switched to to, while
+// copyBindings ran. Each one is bound with its tier's full TTL in to (it was made moments
+// ago); a key to already has keeps its binding, and a binding copyBindings stored and
+// to's cap evicted is not stored again (it is in seen). It returns how many it bound.
+// Cost: O(bindings of from).
+func copyLateBindings(from, to *affinity.Scheduler, seen map[bindingKey]struct{}) int {
+	n := 0
+	tt := to.Table()
+	from.Table().Range(func(b affinity.Binding) bool {
+		if _, ok := seen[bindingKey{b.Tier, b.SessionID}]; ok {
+			return true
+		}
+		if _, ok := tt.Get(b.SessionID, b.Tier); ok {
+			return true
+		}
+		if tt.Bind(b.SessionID, b.Tier, b.BackendID) == nil && tt.TTL(b.Tier) > 0 {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // ReloadFile loads the YAML file at path ([LoadConfig]), applies override to it (nil:
