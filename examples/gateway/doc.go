@@ -174,7 +174,11 @@
 // a fresh connection, a dial or response-header timeout, a stream silent for
 // stream_idle_seconds, or a response body the backend cuts (closed or reset after the
 // headers, before the end that its Content-Length or chunked framing announces, while
-// the client is still there) extends the connection-failure streak.
+// the client is still there) extends the connection-failure streak; so does a response
+// that is not valid HTTP ([ErrBadResponse]: unparsable status line or headers, headers
+// over 10 MiB, more than 100 1xx, a 101 to a request that asked for no such upgrade),
+// answered 502 backend_bad_response, on a reused connection too (the bytes are the
+// backend's). Decision: the connection streak, not the 5xx one — no status was received.
 // Decision on timeouts (progress.go): a response-header timeout or a stall counts only
 // when the backend showed no progress while the attempt waited: no response-body bytes
 // of any generation call since the attempt was sent, or since the stalled read began.

@@ -50,10 +50,14 @@ type warnedError struct{ error }
 func (e warnedError) Unwrap() error { return e.error }
 
 // proxyStatus maps a failed backend request to a status: 504 backend_timeout for a
-// timeout (response headers, dial), 502 backend_unavailable otherwise.
+// timeout (response headers, dial), 502 backend_bad_response for a malformed response
+// ([ErrBadResponse]), 502 backend_unavailable otherwise.
 func proxyStatus(err error) (int, string) {
 	if errors.Is(err, ErrBackendTimeout) || isTimeout(err) {
 		return http.StatusGatewayTimeout, "backend_timeout"
+	}
+	if errors.Is(err, ErrBadResponse) {
+		return http.StatusBadGateway, "backend_bad_response"
 	}
 	return http.StatusBadGateway, "backend_unavailable"
 }

@@ -94,8 +94,11 @@ func (t *directTransport) readEarly(ctx context.Context, c *hopConn, req *http.R
 
 // readResponse reads the response to req on c: informational responses go to the
 // trace's Got1xxResponse (if any), the header phase is capped at
-// maxResponseHeaderBytes. Errors: the read's or parse's, errHeaderBudget, or too many
-// 1xx responses.
+// maxResponseHeaderBytes. Errors: the read's (I/O), the hook's, or one wrapping
+// ErrBadResponse: a parse error, errHeaderBudget, too many 1xx responses, or a 101 to a
+// request that asked for no upgrade (the directTransport hands Upgrade requests to its
+// fallback, so every 101 it reads is unsolicited; reusing its connection afterwards
+// would read the switched protocol as HTTP).
 func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
 	c.in.left = maxResponseHeaderBytes
 	defer func() { c.in.left = math.MaxInt64 }() // bodies are not capped
@@ -103,15 +106,21 @@ func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace) (
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
 			if c.in.left <= 0 {
-				return nil, errHeaderBudget
+				return nil, badResponse(errHeaderBudget)
 			}
+			return nil, badResponse(err)
+		}
+		if resp.StatusCode >= 200 {
+			return resp, nil
+		}
+		if err := badUpgrade(req, resp); err != nil {
 			return nil, err
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return resp, nil
 		}
 		if n1xx++; n1xx > max1xxResponses {
-			return nil, fmt.Errorf("backend sent more than %d informational (1xx) responses", max1xxResponses)
+			return nil, fmt.Errorf("%w: backend sent more than %d informational (1xx) responses", ErrBadResponse, max1xxResponses)
 		}
 		if trace == nil || trace.Got1xxResponse == nil {
 			continue // skipped; the budget covers them and the final response together

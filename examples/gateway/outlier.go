@@ -17,8 +17,11 @@ import (
 // placements avoid it and its bindings are broken with reason "down" — when within
 // window_seconds it fails consecutive_connect_failures requests in a row at the
 // connection level (refused or reset on a fresh connection, dial or response-header
-// timeout, a stalled stream, a response body the backend cuts before its end) or answers
-// consecutive_5xx requests in a row with a 5xx status. A response-header timeout or a
+// timeout, a stalled stream, a response body the backend cuts before its end, a response
+// that is not valid HTTP: [ErrBadResponse]) or answers consecutive_5xx requests in a row
+// with a 5xx status. Decision: a malformed response joins the connection-level streak,
+// not the 5xx one: no status was received (the 502 is the gateway's own), and like a cut
+// body it breaks the exchange itself, so the stricter threshold applies. A response-header timeout or a
 // stalled stream is evidence of a wedged backend only when the backend showed no progress
 // while the attempt waited — no response-body bytes of any generation call to it since
 // the attempt was sent (a header timeout) or since the stalled read began (a stall);
@@ -116,7 +119,7 @@ func (o OutlierConfig) validate() error {
 type failureKind int
 
 const (
-	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts and stalls without progress (progress.go), cut body
+	connectFailure failureKind = iota // refused/reset on a fresh connection, timeouts and stalls without progress (progress.go), cut body, malformed response
 	status5xx                         // a response with status >= 500
 )
 

@@ -190,7 +190,8 @@ func (st *route) underBound(key string, nodes []*backend, eligible func(*backend
 }
 
 // passiveFailure records a failed attempt on b for outlier detection and reports
-// whether it counted: timeouts and connection failures on a fresh connection count; a
+// whether it counted: timeouts, connection failures on a fresh connection and malformed
+// responses ([ErrBadResponse], on any connection: the bytes came from the backend) count; a
 // stale keep-alive connection, a response-header timeout during which the backend made
 // progress on other requests (progress.go: logged at Info, not retried) and other
 // errors do not.
@@ -201,7 +202,7 @@ func (g *Gateway) passiveFailure(b *backend, a *attemptInfo, err error) bool {
 		return false
 	}
 	switch {
-	case errors.Is(err, ErrBackendTimeout), isTimeout(err):
+	case errors.Is(err, ErrBackendTimeout), isTimeout(err), errors.Is(err, ErrBadResponse):
 	case IsConnectError(err) && !a.staleConn(err):
 	default:
 		return false

@@ -78,6 +78,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 	} else {
 		ctx = a.traced(ctx)
 		resp, err = g.base.RoundTrip(req.WithContext(ctx))
+		err = netHTTPBadResponse(err)
 	}
 	if err != nil {
 		at.stop()
@@ -91,6 +92,12 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		_ = resp.Body.Close()
 		cancel(nil)
 		return nil, a, at.fired
+	}
+	if berr := badUpgrade(req, resp); berr != nil { // a 101 nobody asked for: a failure, not a tunnel
+		at.stop()
+		_ = resp.Body.Close()
+		cancel(nil)
+		return nil, a, berr
 	}
 	if at.tunnel(resp, cancel) { // 101 Switching Protocols (tunnel.go)
 		return resp, a, nil
