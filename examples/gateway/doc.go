@@ -324,7 +324,10 @@
 // Decision: code_class is the class of the status sent, or client_closed when the client
 // went away before the response ended — before any answer, or after the headers (an SSE
 // stream cancelled mid-body, its 200 already sent), so a cancel counts the same whether
-// or not the headers had gone out. A client going away is not a backend failure: it is
+// or not the headers had gone out. An upload the client abandons (its connection closed,
+// half-closed or reset before the end of the body it announced) is client_closed too,
+// source gateway, although a half-closed client still gets its 400 bad_body; a
+// malformed body (bad chunked framing) from a client still there stays 4xx. A client going away is not a backend failure: it is
 // logged at Debug at most and never counted for outlier detection. A response the
 // backend cuts mid-body (a reset, a close before the end of the body) while it is being
 // forwarded counts as code_class backend_closed (source backend), is logged once at Warn

@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -157,7 +159,11 @@ func (g *Gateway) overloaded(w http.ResponseWriter, rt *routing, what string) {
 // large body holds at most one chunk or twice what it sent. A body that fits the first buffer
 // is one allocation of exactly its length. It writes the error response itself and returns false on
 // failure: 413 over max_body_bytes, 503 over the budget, 408 on a read timeout, 400 on a
-// read error.
+// read error. A read that fails because the client's connection ended before the body
+// did (an abandoned upload: closed, half-closed or reset short of its Content-Length or
+// last chunk) still gets its 400 (a half-closed client may read it) but counts as
+// code_class client_closed, like any client that goes away before the response ends; a
+// malformed body (bad chunked framing) stays a 4xx.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([]byte, bool) {
 	cfg := st.rt.cfg
 	max := cfg.MaxBodyBytes
@@ -195,8 +201,24 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, "request_timeout",
 			fmt.Sprintf("request body not received within timeouts.read_body_seconds (%v s)", cfg.Timeouts.ReadBodySeconds))
+	case clientLeft(r, err):
+		if ow, ok := w.(*outcomeWriter); ok {
+			ow.gone = true
+		}
+		g.log.Debug("client went away during the request body", "err", err)
+		writeError(w, http.StatusBadRequest, "bad_body",
+			"reading request body: the client closed the connection before its end: "+err.Error())
 	default:
 		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
 	}
 	return nil, false
+}
+
+// clientLeft reports whether err, a failed read of r's body, means the client's
+// connection ended before the body did: net/http's server cancels r's context when its
+// connection read fails (EOF or reset), its body reader returns io.ErrUnexpectedEOF for a
+// body cut short, and a reset is a *net.OpError. A malformed body is none of these.
+func clientLeft(r *http.Request, err error) bool {
+	var op *net.OpError
+	return r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &op)
 }

@@ -14,7 +14,8 @@ import (
 const (
 	// MetricRequests counts proxied-path requests by code_class ("2xx" .. "5xx": the class
 	// of the status sent; "client_closed" when the client went away before the response
-	// ended, before any answer or after the headers, e.g. a stream cancelled mid-body;
+	// ended, before any answer or after the headers, e.g. a stream cancelled mid-body or
+	// an upload abandoned before the end of its body;
 	// "backend_closed" when the response ended early by the backend's fault after its
 	// headers: the backend closed or reset the connection before the end of the body, e.g.
 	// a stream whose backend died, or went silent for stream_idle_seconds and the gateway
