@@ -144,7 +144,11 @@
 //   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
-// drain_seconds (default 10) to finish, then the rest are closed. With binding_snapshot
+// drain_seconds (default 10) to finish, then the rest are closed, each logged at Info as
+// "request cut by the shutdown drain" (not as a client that went away; counted
+// client_closed, as its client got no whole answer). [Gateway.EndDrain] ends the drain
+// at once. Decision: the command calls it on a second SIGINT or SIGTERM — kill twice =
+// now, what operators expect; the bindings are still saved. With binding_snapshot
 // set, it saves the binding table to that file on shutdown (written to a temporary file
 // and renamed) and loads it on start: remaining TTLs are preserved minus the downtime, and
 // a damaged file is logged and ignored (the gateway starts empty rather than not at all).

@@ -80,6 +80,8 @@ type Gateway struct {
 	reloadMu sync.Mutex    // serializes Reload
 	retired  retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
+
+	drain shutdownDrain // Serve's shutdown drain (drain.go)
 }
 
 type backend struct {
@@ -114,6 +116,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		recheck:  o.recheckTicks,
 		sweep:    o.sweepTicks,
 		reloaded: make(chan struct{}, 1),
+		drain:    shutdownDrain{endCh: make(chan struct{})},
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

@@ -80,8 +80,10 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // Serve serves HTTP on ln (at most limits.max_connections client connections at once,
 // with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
-// drain_seconds (default 10 s; then the remaining connections are closed; upgrade
-// tunnels, which Shutdown does not wait for, are closed when the drain is over), closes idle
+// drain_seconds (default 10 s) or until [Gateway.EndDrain] (then the remaining
+// connections are closed, each request cut so is logged at Info as "request cut by the
+// shutdown drain"; upgrade tunnels, which Shutdown does not wait for, are closed when
+// the drain is over), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
 // ([Gateway.SaveBindings]). Before serving it loads that file if it exists
 // ([Gateway.LoadBindings]; a missing file is not an error, a damaged one is logged and
@@ -113,13 +115,12 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case err = <-errc: // listener failed
 	case <-ctx.Done():
 		drain := time.Duration(g.state().cfg.DrainSeconds * float64(time.Second))
-		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-		if serr := srv.Shutdown(sctx); serr != nil {
+		switch g.shutdown(ctx, srv, drain, closeTunnels) {
+		case "drain_seconds":
 			g.log.Warn("drain timeout: closing the remaining connections", "drain_seconds", g.state().cfg.DrainSeconds)
-			_ = srv.Close()
+		case "EndDrain":
+			g.log.Warn("drain ended early: closing the remaining connections", "why", "EndDrain (a second signal)")
 		}
-		scancel()
-		closeTunnels()
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = serr
 		}

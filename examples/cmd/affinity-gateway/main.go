@@ -4,7 +4,9 @@
 //	go run -C examples ./cmd/affinity-gateway -config configs/gateway.yaml
 //
 // It shuts down gracefully on SIGINT or SIGTERM (in-flight requests get drain_seconds;
-// with binding_snapshot set the bindings are saved for the next start). SIGHUP reloads
+// with binding_snapshot set the bindings are saved for the next start); a second SIGINT
+// or SIGTERM during the drain ends it at once (Gateway.EndDrain: the requests still
+// running are cut, the bindings are still saved). SIGHUP reloads
 // the configuration file in place (Gateway.Reload); -watch-config 2s also reloads it when
 // it changes. A rejected reload is logged and the previous configuration keeps serving.
 // See package gateway for the routing, health and configuration details.
@@ -96,8 +98,14 @@ func run(args []string, stderr io.Writer) error {
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	term := make(chan os.Signal, 2)
+	signal.Notify(term, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(term)
+	ended := make(chan struct{})
+	defer close(ended)
+	go shutdownOnSignals(term, ended, stop, g.EndDrain, logger)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -129,6 +137,27 @@ func run(args []string, stderr io.Writer) error {
 	}
 	logger.Info("gateway stopped")
 	return nil
+}
+
+// shutdownOnSignals cancels the serving context (stop) on the first signal from term,
+// which starts the drain, and ends the drain at once (endDrain: Gateway.EndDrain) on the
+// second: kill twice = now. It returns after the second signal or when ended is closed.
+func shutdownOnSignals(term <-chan os.Signal, ended <-chan struct{}, stop, endDrain func(), logger *slog.Logger) {
+	for n := 0; ; n++ {
+		select {
+		case <-ended:
+			return
+		case sig := <-term:
+			if n == 0 {
+				logger.Info("shutting down: draining in-flight requests; send the signal again to end the drain now", "signal", sig.String())
+				stop()
+				continue
+			}
+			logger.Warn("second signal: ending the drain now", "signal", sig.String())
+			endDrain()
+			return
+		}
+	}
 }
 
 // maxGOMAXPROCS bounds -gomaxprocs: 1024 threads running Go code at once is far more

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
+// (requests still running then were cut by it) and the request to end it early
+// ([Gateway.EndDrain]). New makes endCh. Safe for concurrent use.
+type shutdownDrain struct {
+	cut     atomic.Bool // the drain is over: the remaining connections are being closed
+	endOnce sync.Once
+	endCh   chan struct{} // closed by end
+}
+
+// end asks the drain to end now (idempotent).
+func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
+
+// EndDrain ends [Gateway.Serve]'s shutdown drain at once: the requests still running are
+// cut as if drain_seconds had passed (the connections are closed, tunnels too), and Serve
+// goes on to close and save the bindings. Called before the drain began, the drain ends
+// as soon as it begins. The command calls it on a second SIGINT or SIGTERM (kill twice =
+// now). Idempotent; safe for concurrent use.
+func (g *Gateway) EndDrain() { g.drain.end() }
+
+// shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then closes what is
+// left and ends the tunnels; each request still running then is logged as cut by the
+// drain (route.go). It reports why the drain ended early: "" (every request finished),
+// "drain_seconds" or "EndDrain".
+func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Duration, closeTunnels func()) string {
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer scancel()
+	ended := make(chan struct{})
+	var early atomic.Bool
+	go func() {
+		defer close(ended)
+		select {
+		case <-g.drain.endCh:
+			early.Store(true)
+			scancel()
+		case <-sctx.Done():
+		}
+	}()
+	err := srv.Shutdown(sctx)
+	scancel()
+	<-ended
+	why := ""
+	if err != nil {
+		why = "drain_seconds"
+		if early.Load() {
+			why = "EndDrain"
+		}
+		g.drain.cut.Store(true) // before the connections close: their handlers log the cut
+		_ = srv.Close()
+	}
+	g.drain.cut.Store(true) // tunnels end now
+	closeTunnels()
+	return why
+}
