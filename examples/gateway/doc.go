@@ -152,6 +152,9 @@
 // set, it saves the binding table to that file on shutdown (written to a temporary file
 // and renamed) and loads it on start: remaining TTLs are preserved minus the downtime, and
 // a damaged file is logged and ignored (the gateway starts empty rather than not at all).
+// Decision: the damaged file is kept, renamed to <path>.damaged ([DamagedSnapshotSuffix];
+// an older one is replaced: only the latest evidence is kept, and disk use stays
+// bounded), since the snapshot saved at shutdown would otherwise overwrite it.
 // [New] and [Gateway.Reload] check that the file's directory exists and takes a new file
 // (creating and removing a temporary file there): a bad path is [ErrBindingSnapshot] at
 // start or reload, not bindings lost at shutdown.

@@ -86,16 +86,14 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // the drain is over), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
 // ([Gateway.SaveBindings]). Before serving it loads that file if it exists
-// ([Gateway.LoadBindings]; a missing file is not an error, a damaged one is logged and
-// ignored: the gateway starts with an empty table rather than not at all). It returns nil
+// ([Gateway.LoadBindings]; a missing file is not an error; a damaged one is logged and
+// renamed to the path plus [DamagedSnapshotSuffix], replacing an older one, so the
+// snapshot saved at shutdown does not overwrite it, and the gateway starts with an empty
+// table rather than not at all). It returns nil
 // after a clean shutdown, or the error of saving the snapshot.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if path := g.state().cfg.BindingSnapshot; path != "" {
-		if n, err := g.LoadBindings(path); err != nil {
-			g.log.Error("binding snapshot not loaded; starting with an empty table", "path", path, "err", err)
-		} else if n >= 0 {
-			g.log.Info("binding snapshot loaded", "path", path, "bindings", n)
-		}
+		g.loadAtStart(path) // snapshot_damaged.go
 	}
 	srv := g.HTTPServer()
 	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with

@@ -1,0 +1,88 @@
+package gateway_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// A binding snapshot Serve cannot load because it is damaged (a flipped byte, a
+// truncation, another format) is kept as <path>.damaged, replacing an older one, before
+// the gateway serves with an empty table; the snapshot saved at shutdown goes to <path>.
+// A missing file is only a first start. (Before: the damaged file was overwritten at
+// shutdown, evidence lost.)
+func TestServeKeepsADamagedSnapshot(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	good := func(t *testing.T) []byte { // a valid snapshot with one binding
+		g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, ""))
+		require.NoError(t, err)
+		t.Cleanup(g.Close)
+		require.Equal(t, 200, send(t, g, "s1").Code)
+		path := filepath.Join(t.TempDir(), "good.snap")
+		_, err = g.SaveBindings(path)
+		require.NoError(t, err)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return data
+	}(t)
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 0xff
+	tests := []struct {
+		name     string
+		content  []byte // nil: no file
+		older    bool   // an older .damaged file is there
+		wantKept bool
+	}{
+		{"flipped byte", flipped, false, true},
+		{"truncated, older .damaged replaced", good[:len(good)-3], true, true},
+		{"another format", []byte("NOTASNAPSHOT at all"), false, true},
+		{"missing", nil, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := filepath.Join(t.TempDir(), "bindings.snap")
+			if tt.content != nil {
+				require.NoError(t, os.WriteFile(snap, tt.content, 0o600))
+			}
+			if tt.older {
+				require.NoError(t, os.WriteFile(snap+gateway.DamagedSnapshotSuffix, []byte("older"), 0o600))
+			}
+			logs := &records{}
+			g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+snap+"\n"),
+				gateway.WithLogger(slog.New(logs)))
+			require.NoError(t, err)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // load, serve nothing, save
+			require.NoError(t, g.Serve(ctx, ln))
+			assert.Zero(t, g.Scheduler().Len(), "started with an empty table")
+
+			kept, err := os.ReadFile(snap + gateway.DamagedSnapshotSuffix)
+			if tt.wantKept {
+				require.NoError(t, err)
+				assert.Equal(t, tt.content, kept, "the damaged file is kept byte for byte")
+				assert.True(t, logs.has("binding snapshot not loaded; starting with an empty table; the damaged file is kept"))
+			} else {
+				require.ErrorIs(t, err, os.ErrNotExist)
+			}
+			f, err := os.Open(snap)
+			require.NoError(t, err, "the shutdown saved a snapshot")
+			defer f.Close()
+			s, err := affinity.New(affinity.Config{})
+			require.NoError(t, err)
+			n, err := s.Restore(f)
+			require.NoError(t, err, "the saved snapshot is whole")
+			assert.Zero(t, n)
+		})
+	}
+}
