@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -116,7 +117,7 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 
 	moved := 0
-	var copied map[bindingKey]struct{}
+	var copied bindingSet
 	if migrate {
 		if moved, copied, err = copyBindings(old.sched, rt.sched); err != nil {
 			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
@@ -179,22 +180,44 @@ func sameProbing(a, b *routing) bool {
 
 func (g *Gateway) isPassive(id string) bool { return g.outliers.isEjected(id) }
 
-// bindingKey names a binding: its tier and session ID.
-type bindingKey struct{ tier, session string }
+// bindingSet is a set of binding keys (tier, session ID) by a 64-bit hash: a few bytes a
+// binding, where the keys themselves would pin their strings. A collision (about one in
+// 2^64 per pair) can only make copyLateBindings skip a late binding, which its session
+// then makes again.
+type bindingSet struct {
+	seed maphash.Seed
+	m    map[uint64]struct{}
+}
+
+func (s *bindingSet) hash(b affinity.Binding) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	_ = h.WriteByte(byte(len(b.Tier))) // at most affinity.MaxTierBytes (255): tier and session stay apart
+	_, _ = h.WriteString(b.Tier)
+	_, _ = h.WriteString(b.SessionID)
+	return h.Sum64()
+}
+
+func (s *bindingSet) add(b affinity.Binding) { s.m[s.hash(b)] = struct{}{} }
+
+func (s *bindingSet) has(b affinity.Binding) bool {
+	_, ok := s.m[s.hash(b)]
+	return ok
+}
 
 // copyBindings copies every valid binding of from into to (keys to already has are kept)
 // through a snapshot, and returns how many of them to holds afterwards (to's cap may
 // evict the oldest: each is counted once as an eviction) and the keys of from it saw
 // before the snapshot was taken, for [copyLateBindings].
-func copyBindings(from, to *affinity.Scheduler) (int, map[bindingKey]struct{}, error) {
-	seen := make(map[bindingKey]struct{}, from.Len())
+func copyBindings(from, to *affinity.Scheduler) (int, bindingSet, error) {
+	seen := bindingSet{seed: maphash.MakeSeed(), m: make(map[uint64]struct{}, from.Len())}
 	from.Table().Range(func(b affinity.Binding) bool {
-		seen[bindingKey{b.Tier, b.SessionID}] = struct{}{}
+		seen.add(b)
 		return true
 	})
 	var buf bytes.Buffer
 	if _, err := from.Snapshot(&buf); err != nil {
-		return 0, nil, err
+		return 0, seen, err
 	}
 	n, err := to.Restore(&buf)
 	return n, seen, err
@@ -206,11 +229,11 @@ func copyBindings(from, to *affinity.Scheduler) (int, map[bindingKey]struct{}, e
 // ago); a key to already has keeps its binding, and a binding copyBindings stored and
 // to's cap evicted is not stored again (it is in seen). It returns how many it bound.
 // Cost: O(bindings of from).
-func copyLateBindings(from, to *affinity.Scheduler, seen map[bindingKey]struct{}) int {
+func copyLateBindings(from, to *affinity.Scheduler, seen bindingSet) int {
 	n := 0
 	tt := to.Table()
 	from.Table().Range(func(b affinity.Binding) bool {
-		if _, ok := seen[bindingKey{b.Tier, b.SessionID}]; ok {
+		if seen.has(b) {
 			return true
 		}
 		if _, ok := tt.Get(b.SessionID, b.Tier); ok {

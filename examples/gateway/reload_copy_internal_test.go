@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"hash/maphash"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,7 +22,8 @@ func TestCopyLateBindings(t *testing.T) {
 		require.NoError(t, from.Table().Bind(s, "", "b0"))
 	}
 	require.NoError(t, to.Table().Bind("late-live", "", "b1")) // bound on the new table since
-	seen := map[bindingKey]struct{}{{"", "seen-evicted"}: {}}
+	seen := bindingSet{seed: maphash.MakeSeed(), m: map[uint64]struct{}{}}
+	seen.add(affinity.Binding{SessionID: "seen-evicted"})
 
 	require.Equal(t, 1, copyLateBindings(from, to, seen))
 	_, ok := to.Lookup("seen-evicted", "")
