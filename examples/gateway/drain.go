@@ -27,6 +27,25 @@ func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
 // now). Idempotent; safe for concurrent use.
 func (g *Gateway) EndDrain() { g.drain.end() }
 
+// logCut logs a request whose client connection ended before its response did (the
+// backend cut nothing): cut by Serve's drain, which closed the connection with the
+// request still running — the gateway's doing, not the client's (counted client_closed
+// all the same: its client got no whole answer) — or a client that went away mid-response
+// (Debug).
+func (g *Gateway) logCut(st *route, r *http.Request) {
+	w := &st.ow
+	id := ""
+	if b, _ := st.current(); b != nil {
+		id = b.id
+	}
+	switch {
+	case g.drain.cut.Load() && (w.gone || r.Context().Err() != nil):
+		g.log.Info("request cut by the shutdown drain", "backend", id, "status", w.code)
+	case w.gone && id != "":
+		g.log.Debug("client went away mid-response", "backend", id, "status", w.code)
+	}
+}
+
 // shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then closes what is
 // left and ends the tunnels; each request still running then is logged as cut by the
 // drain (route.go). It reports why the drain ended early: "" (every request finished),

@@ -45,22 +45,8 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// attemptTimer): a backend failure, logged at Warn where it was seen; the client's
 		// context may have ended since, as the aborted response closes its connection.
 		w.cut = st.cut.Load()
-		switch {
-		case w.cut:
-		case g.drain.cut.Load() && (w.gone || r.Context().Err() != nil):
-			// Serve's drain ended with this request still running and closed its
-			// connection: the gateway's doing, not the client's (counted client_closed:
-			// the client got no whole response).
-			b, _ := st.current()
-			id := ""
-			if b != nil {
-				id = b.id
-			}
-			g.log.Info("request cut by the shutdown drain", "backend", id, "status", w.code)
-		case w.gone:
-			if b, _ := st.current(); b != nil {
-				g.log.Debug("client went away mid-response", "backend", b.id, "status", w.code)
-			}
+		if !w.cut {
+			g.logCut(st, r) // drain.go
 		}
 		g.countOutcome(w)
 		// The route may outlive the request (an idle backend connection of the net/http
