@@ -34,15 +34,20 @@ func (g *Gateway) EndDrain() { g.drain.end() }
 // (Debug).
 func (g *Gateway) logCut(st *route, r *http.Request) {
 	w := &st.ow
-	id := ""
-	if b, _ := st.current(); b != nil {
-		id = b.id
+	drained := g.drain.cut.Load() && (w.gone || r.Context().Err() != nil)
+	if !drained && !w.gone {
+		return // the common case: no lock taken
 	}
+	b, _ := st.current()
 	switch {
-	case g.drain.cut.Load() && (w.gone || r.Context().Err() != nil):
+	case drained:
+		id := ""
+		if b != nil {
+			id = b.id
+		}
 		g.log.Info("request cut by the shutdown drain", "backend", id, "status", w.code)
-	case w.gone && id != "":
-		g.log.Debug("client went away mid-response", "backend", id, "status", w.code)
+	case b != nil:
+		g.log.Debug("client went away mid-response", "backend", b.id, "status", w.code)
 	}
 }
 
