@@ -54,7 +54,8 @@ var (
 	// parent); or tenant.header is also a session or parent-session header (every session
 	// would be a tenant of its own).
 	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
-	// ErrBindingSnapshot: binding_snapshot names a directory, or its directory does not
+	// ErrBindingSnapshot: binding_snapshot names a directory or another existing file
+	// that is not a regular file (a device such as /dev/null), or its directory does not
 	// exist or does not take a new file (checked by [New] and [Gateway.Reload]).
 	ErrBindingSnapshot = errors.New("gateway: bad binding_snapshot")
 )
@@ -175,7 +176,8 @@ type Config struct {
 	// (format: affinity.SnapshotMagic, see affinity.Table.Snapshot). "" turns it off.
 	// Not needed with a shared (Redis) binding store. [New] and [Gateway.Reload] check
 	// that its directory exists and takes a new file (they create and remove a temporary
-	// file there) and that the path is not a directory, so a bad path is
+	// file there) and that the path is not a directory or another non-regular file (such
+	// as /dev/null, which the save's rename would replace), so a bad path is
 	// [ErrBindingSnapshot] at start or reload rather than bindings lost at shutdown;
 	// [Config.Validate] does no I/O and does not check it.
 	BindingSnapshot string `yaml:"binding_snapshot"`

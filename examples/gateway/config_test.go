@@ -235,6 +235,7 @@ func TestNewChecksBindingSnapshot(t *testing.T) {
 		{"missing directory", filepath.Join(dir, "nonexistent", "x.snap"), []string{"binding_snapshot", "nonexistent", "cannot create a file in directory", "no such file or directory"}},
 		{"file as directory", filepath.Join(file, "x.snap"), []string{"binding_snapshot", "not a directory"}},
 		{"a directory", dir, []string{"binding_snapshot", "is a directory"}},
+		{"a device", os.DevNull, []string{"binding_snapshot", "not a regular file"}},
 		{"good", filepath.Join(dir, "bindings.snap"), nil},
 		{"off", "", nil},
 	}

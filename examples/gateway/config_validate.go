@@ -283,7 +283,9 @@ func checkBackendURL(raw string) error {
 }
 
 // checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will
-// write it: not a directory, and its directory exists and takes a new file, tried by
+// write it: not a directory nor any other existing non-regular file (a device such as
+// /dev/null, a FIFO, a socket: the save renames a new file over the path and would replace
+// it), and its directory exists and takes a new file, tried by
 // creating and removing a temporary file there, as [Gateway.SaveBindings] writes one and
 // renames it over path. Errors wrap [ErrInvalidConfig] and [ErrBindingSnapshot] (and
 // the os error). Cost: a few system calls.
@@ -291,8 +293,13 @@ func checkBindingSnapshot(path string) error {
 	if path == "" {
 		return nil
 	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is a directory; want a file path", path)
+	if fi, err := os.Stat(path); err == nil {
+		switch {
+		case fi.IsDir():
+			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is a directory; want a file path", path)
+		case !fi.Mode().IsRegular(): // e.g. /dev/null: the save's rename would replace the device node
+			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is not a regular file (%v); want a regular file or a new path", path, fi.Mode().Type())
+		}
 	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".check*")
