@@ -237,13 +237,16 @@ func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
 // 0.9 would turn affinity off and -0.5 would pass as 0. Load and each tier are read as
 // maps, which take any key: a misspelt key there is left to the typed decoding, whose
 // strict-mode message names the key, its line and LoadConfig or TierConfig (a struct
-// here would put its whole anonymous type in the message).
+// here would put its whole anonymous type in the message). Other keys, misspelt ones
+// included, land in Rest and are left to the typed decoding too (its message names the
+// key and affinity.config, not this type).
 type yamlNumbers struct {
 	StickyTTLSeconds  any                       `yaml:"sticky_ttl_seconds" json:"sticky_ttl_seconds"`
 	MaxBindings       any                       `yaml:"max_bindings" json:"max_bindings"`
 	MaxSessionIDBytes any                       `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
 	Tiers             map[string]map[string]any `yaml:"tiers" json:"tiers"`
 	Load              map[string]any            `yaml:"load" json:"load"`
+	Rest              map[string]any            `yaml:",inline" json:"-"`
 }
 
 func (r yamlNumbers) check() error {

@@ -165,6 +165,7 @@ func TestParseConfigUnknownAffinityKeyIsShort(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{
 		{"affinity:\n  load:\n    balance_factor: 1.25\n    spill_cost_wieght: 5\n", "line 4: field spill_cost_wieght not found in type affinity.LoadConfig"},
 		{"affinity:\n  tiers:\n    gold: {sticky_ttl: 5}\n", "line 3: field sticky_ttl not found in type affinity.TierConfig"},
+		{"affinity:\n  sticky_ttl_secs: 5\n", "line 2: field sticky_ttl_secs not found in type affinity.config"},
 	} {
 		_, err := gateway.ParseConfig([]byte(tc.doc + minimal))
 		require.Error(t, err, tc.doc)
