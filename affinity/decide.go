@@ -46,7 +46,7 @@ func (s *Scheduler) decide(sessionID, tier string, cands []Backend, aware bool, 
 	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i != 0 { // the hit path: what most calls of a busy gateway take
 		e := sh.at(i)
-		if now-e.lastUse < t.ttls[e.class] {
+		if now-e.lastUse < t.ttls[e.class] && int(e.slot) < len(sh.slots) { // else: not filled
 			slot := &sh.slots[e.slot]
 			ci, bad := findSlot(cands, slot)
 			if bad < 0 && ci >= 0 && s.slotState(slot) != health.Down {
@@ -157,7 +157,7 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 		if found && !consulted {
 			e := sh.at(i)
 			if now-e.lastUse < t.ttls[e.class] {
-				slot := &sh.slots[e.slot]
+				slot := sh.fill(e.slot)
 				boundID = slot.id
 				ci, bad := findSlot(cands, slot)
 				switch {

@@ -90,3 +90,13 @@ func (x *index) del(h uint32, i uint32) {
 	x.slots[hole] = 0
 	x.n--
 }
+
+// stays reports whether, in a backward-shift deletion, the member at position j whose
+// home position is k stays where it is: k lies cyclically in (hole, j]. Otherwise it
+// moves into the hole.
+func stays(hole, k, j int) bool {
+	if hole <= j {
+		return hole < k && k <= j
+	}
+	return hole < k || k <= j
+}

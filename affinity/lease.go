@@ -205,7 +205,7 @@ func (s *Scheduler) noteUsage(session, tier string, bl *backendLoad, hit bool, p
 	sh.mu.Lock()
 	if i := sh.idx.find(sh, uint32(kh), tier, session); i != 0 {
 		e := sh.at(i)
-		if sh.slots[e.slot].id == bl.id {
+		if sh.idOf(e.slot) == bl.id {
 			e.lprompt = uint16((min(prompt, (1<<16-1)*promptUnit) + promptUnit - 1) / promptUnit) // no overflow for any prompt
 			e.lflags |= flagKnown
 			if hit && float64(cached) <= s.ld.p.coldRatio*float64(prompt) { // full precision, no overflow

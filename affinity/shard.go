@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -28,13 +29,15 @@ const (
 
 // entry is one binding. 48 bytes, no pointers but the key; linked by uint32 indices
 // (0 = none) into two intrusive doubly-linked lists: the LRU list of its TTL class and the
-// list of its backend. A free entry's next links the free list.
+// list of its backend in the shard (bprev is pendLink while the binding waits in
+// shard.pend to be linked there). A free entry's next links the free list. Entry 0 is
+// never a binding: flush writes its bprev (the old head's, when there is none).
 type entry struct {
 	key          string // len(tier) byte + tier + session ID; owned (one allocation)
 	lastUse      int64  // nanoseconds since the table's clock base
 	prev, next   uint32 // LRU list of class (front = most recent)
-	bprev, bnext uint32 // list of the backend slot
-	slot         uint32 // index into shard.slots
+	bprev, bnext uint32 // list of the backend (shard.bk[slot])
+	slot         uint32 // the backend's number (Table.reg): index into shard.bk and shard.slots
 	class        uint8  // TTL class (index into Table.ttls)
 	lflags       uint8  // load-awareness state of the binding (see lease.go); 0 on insert
 	lprompt      uint16 // last reported prompt tokens, in units of 64 (see lease.go)
@@ -42,19 +45,23 @@ type entry struct {
 
 type lruList struct{ head, tail uint32 }
 
-// backendSlot is a backend known to one shard: its interned ID, its hrw node hash premixed
-// as each Backend carries it (for fast candidate matching) and the head of its bindings
-// list. Freed at count 0. hint and
+// bkList is the list of a backend's bindings in one shard: its first entry and its
+// length (pending bindings excluded: see shard.pend).
+type bkList struct{ head, count uint32 }
+
+// backendSlot is what the hit path keeps per backend in one shard, indexed by the
+// backend's table-wide number (entry.slot): its interned ID and its hrw node hash premixed
+// as each Backend carries it (for fast candidate matching), both filled by the first
+// hit (shard.fill: a miss never touches the slot; zero until then); hint and
 // hintID remember where a hit last found this backend among the caller's candidates (the
 // index and that candidate's ID string, whose bytes are usually those of every later
 // call's candidate) so that the next hit can confirm it without a search (findSlot).
 // hstate and hver cache the backend's health state for the hit (Scheduler.slotState).
+// Zeroed when the shard's last binding to the backend goes (the number may be reused).
 type backendSlot struct {
 	id     string
 	hintID string // a candidate's ID equal to id (the caller's string: short, pinned)
 	pre    uint64 // premix(hrw.NodeHash(id)), Backend.pre
-	head   uint32
-	count  uint32
 	hint   uint32
 	hstate health.State // the health set's State(id) at Version hver (0: not read yet)
 	hver   uint64
@@ -73,22 +80,37 @@ type shard struct {
 	// listInline LRU lists and the counters (hits first). What it only reads follows: the
 	// index, the chunk table, the lists' header and the backend slots. So a hit after one
 	// on another core moves one line of the shard (besides the entries); the lines it only
-	// reads stay shared.
-	mu       sync.Mutex
-	listBuf  [listInline]lruList // lists' storage for up to listInline TTL classes
-	c        counters
-	idx      index
-	chunks   []*[chunkSize]entry
-	lists    []lruList // one per TTL class; each sorted by lastUse, newest first
-	slots    []backendSlot
-	free     uint32 // free-list head
-	next     uint32 // next never-used index (starts at 1: index 0 means none)
-	n        int    // live bindings
-	cap      int
-	slotFree []uint32
-	slotIdx  slotIndex
-	_        [16]byte // size 320, a multiple of 64: shards start on their own lines
+	// reads stay shared. What only a miss reads or writes comes last.
+	//
+	// Per backend, indexed by its number in the table's registry (Table.reg), the shard
+	// keeps the hit's slot (slots, filled by the first hit), its bindings list (bk) and a
+	// bit (held) that is set while it has bindings to the backend, that is while it holds
+	// the registry's entry (regEnt.acquire). A miss reads only the registry and held; it
+	// appends its binding to pend, and every pendMax misses flush links the batch into the
+	// backends' lists at once, so that the lines those links touch (cold when there are
+	// many backends) are loaded together rather than one per miss.
+	mu      sync.Mutex
+	listBuf [listInline]lruList // lists' storage for up to listInline TTL classes
+	c       counters
+	idx     index
+	chunks  []*[chunkSize]entry
+	lists   []lruList       // one per TTL class; each sorted by lastUse, newest first
+	slots   []backendSlot   // by backend number (Table.reg): the hit's per-backend caches
+	bk      []bkList        // by backend number: the backend's bindings list in this shard
+	held    []uint64        // bit n: the shard holds backend n (has bindings to it)
+	reg     *backendReg     // the table's
+	pend    [pendMax]uint32 // new bindings not yet in their backend's list (flush)
+	npend   uint32
+	sink    uint32 // a sum of what flush loads ahead, so that those loads are kept
+	free    uint32 // free-list head
+	next    uint32 // next never-used index (starts at 1: index 0 means none)
+	n       int    // live bindings
+	cap     int
+	_       [4]byte // size 384, a multiple of 64: shards start on their own lines
 }
+
+// pendMax is how many new bindings a shard links into their backends' lists at a time.
+const pendMax = 16
 
 // listInline is the number of TTL classes whose LRU list heads live in the shard's first
 // cache line (more classes get their own array, a line of its own).
@@ -148,24 +170,79 @@ func (sh *shard) touch(i uint32, e *entry, now int64) {
 	e.lastUse = now
 }
 
-// slotFor returns the index of the slot of backend id (premixed node hash pre), creating
-// it if the shard has none.
-func (sh *shard) slotFor(id string, pre uint64) uint32 {
-	if si, ok := sh.slotIdx.find(sh.slots, pre, id); ok {
-		return si
+// number returns the number of backend id (premixed node hash pre) in the table's
+// registry, the shard holding it (taking its reference when it held none). Reads only
+// the registry and the shard's held bits: no per-backend line of the shard.
+func (sh *shard) number(id string, pre uint64) uint32 {
+	e, n := sh.reg.lookup(id, pre)
+	for {
+		w, bit := n>>6, uint64(1)<<(n&63)
+		if int(w) < len(sh.held) && sh.held[w]&bit != 0 {
+			if e.held() {
+				return n
+			}
+		} else if e.acquire() {
+			if int(w) >= len(sh.held) {
+				sh.held = append(sh.held, make([]uint64, (sh.reg.size()+63)/64-len(sh.held))...)
+			}
+			sh.held[w] |= bit // the slot is left to the first hit (fill)
+			return n
+		}
+		e, n = sh.reg.add(id, pre) // e was freed meanwhile
 	}
-	var si uint32
-	if n := len(sh.slotFree); n > 0 {
-		si = sh.slotFree[n-1]
-		sh.slotFree = sh.slotFree[:n-1]
-	} else {
-		si = uint32(len(sh.slots))
-		sh.slots = append(sh.slots, backendSlot{})
+}
+
+// fill makes slot n (of a backend the shard holds) ready for the hit path: its ID and
+// hash, which number leaves to the first hit (a miss does not touch the slot).
+func (sh *shard) fill(n uint32) *backendSlot {
+	if int(n) >= len(sh.slots) {
+		sh.slots = append(sh.slots, make([]backendSlot, sh.reg.size()-len(sh.slots))...)
 	}
-	id = strings.Clone(id) // never pin a caller's larger buffer
-	sh.slots[si] = backendSlot{id: id, pre: pre}
-	sh.slotIdx.add(sh.slots, si)
-	return si
+	s := &sh.slots[n]
+	if s.pre == 0 {
+		e := sh.reg.entry(n)
+		s.id, s.pre = e.id, e.pre
+	}
+	return s
+}
+
+// idOf returns the ID of backend n, which the shard holds.
+func (sh *shard) idOf(n uint32) string {
+	if int(n) < len(sh.slots) && sh.slots[n].pre != 0 {
+		return sh.slots[n].id
+	}
+	return sh.reg.entry(n).id
+}
+
+// pendLink marks an entry (bprev) not yet linked into its backend's list: it is in
+// shard.pend.
+const pendLink = ^uint32(0)
+
+// flush links the pending bindings (shard.pend, oldest first) into their backends'
+// lists: a batch whose lines (each backend's list head, the previous head entry) are
+// mostly cold, loaded in one loop so that their misses overlap.
+func (sh *shard) flush() {
+	if sh.npend == 0 {
+		return
+	}
+	if n := sh.reg.size(); len(sh.bk) < n {
+		sh.bk = append(sh.bk, make([]bkList, n-len(sh.bk))...)
+	}
+	pend := sh.pend[:sh.npend]
+	var touch uint32 // loads of the lines the links need, not waited on
+	for _, i := range pend {
+		touch += sh.at(sh.bk[sh.at(i).slot].head).bprev
+	}
+	sh.sink = touch
+	for _, i := range pend { // entry 0 (none) takes the old head's bprev: no branch
+		e := sh.at(i)
+		b := &sh.bk[e.slot]
+		e.bprev, e.bnext = 0, b.head
+		sh.at(b.head).bprev = i
+		b.head = i
+		b.count++
+	}
+	sh.npend = 0
 }
 
 // insert stores a new binding to backend id (premixed node hash pre; the key must be
@@ -181,7 +258,7 @@ func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id 
 			evicted = true
 		}
 	}
-	si := sh.slotFor(id, pre)
+	si := sh.number(id, pre)
 	i := sh.alloc()
 	e := sh.at(i)
 	e.key = makeKey(tier, session) // the miss path's one allocation
@@ -195,13 +272,11 @@ func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id 
 	}
 	e.lastUse = now
 	sh.pushFront(l, i, e)
-	s := &sh.slots[si]
-	e.bprev, e.bnext = 0, s.head
-	if s.head != 0 {
-		sh.at(s.head).bprev = i
+	e.bprev, e.bnext = pendLink, 0 // linked by flush
+	sh.pend[sh.npend] = i
+	if sh.npend++; int(sh.npend) == len(sh.pend) {
+		sh.flush()
 	}
-	s.head = i
-	s.count++
 	sh.idx.add(h, i)
 	sh.n++
 	return evictedTier, evicted
@@ -217,24 +292,48 @@ func (sh *shard) removeHashed(i, h uint32) {
 	e := sh.at(i)
 	sh.idx.del(h, i)
 	sh.unlink(&sh.lists[e.class], e)
-	s := &sh.slots[e.slot]
-	if e.bprev != 0 {
-		sh.at(e.bprev).bnext = e.bnext
+	n := e.slot
+	if e.bprev == pendLink {
+		k := slices.Index(sh.pend[:sh.npend], i)
+		copy(sh.pend[k:sh.npend], sh.pend[k+1:sh.npend])
+		sh.npend--
 	} else {
-		s.head = e.bnext
+		s := &sh.bk[n]
+		if e.bprev != 0 {
+			sh.at(e.bprev).bnext = e.bnext
+		} else {
+			s.head = e.bnext
+		}
+		if e.bnext != 0 {
+			sh.at(e.bnext).bprev = e.bprev
+		}
+		s.count--
 	}
-	if e.bnext != 0 {
-		sh.at(e.bnext).bprev = e.bprev
-	}
-	s.count--
-	if s.count == 0 {
-		sh.slotIdx.del(sh.slots, e.slot)
-		*s = backendSlot{}
-		sh.slotFree = append(sh.slotFree, e.slot)
+	if (int(n) >= len(sh.bk) || sh.bk[n].count == 0) && !sh.pending(n) { // the last binding to n
+		sh.held[n>>6] &^= 1 << (n & 63)
+		if int(n) < len(sh.slots) {
+			sh.slots[n] = backendSlot{}
+		}
+		sh.reg.entry(n).release()
 	}
 	*e = entry{next: sh.free}
 	sh.free = i
 	sh.n--
+}
+
+// holds reports whether the shard has bindings to backend n.
+func (sh *shard) holds(n uint32) bool {
+	return int(n>>6) < len(sh.held) && sh.held[n>>6]&(1<<(n&63)) != 0
+}
+
+// pending reports whether a pending binding is bound to backend n.
+func (sh *shard) pending(n uint32) bool {
+	for _, i := range sh.pend[:sh.npend] {
+		if sh.at(i).slot == n {
+			return true
+		}
+	}
+	return false
 }
 
 // reclaim removes up to limit (all if limit < 0) expired bindings from the tail of each

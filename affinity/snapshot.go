@@ -68,7 +68,7 @@ func (t *Table) Range(fn func(Binding) bool) {
 				if rem := ttl - (now - e.lastUse); rem > 0 {
 					batch = append(batch, Binding{
 						Tier: tierOf(e.key), SessionID: sessionOf(e.key),
-						BackendID: sh.slots[e.slot].id, Remaining: time.Duration(rem),
+						BackendID: sh.idOf(e.slot), Remaining: time.Duration(rem),
 					})
 				}
 				i = e.next

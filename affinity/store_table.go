@@ -40,7 +40,7 @@ func (sh *shard) findHashed(kh, tierHash uint64, keep string) uint32 {
 			continue
 		}
 		e := sh.at(uint32(s))
-		if sh.slots[e.slot].id != keep && hrw.KeyHash(sessionOf(e.key)) == kh && hrw.KeyHash(tierOf(e.key)) == tierHash {
+		if sh.idOf(e.slot) != keep && hrw.KeyHash(sessionOf(e.key)) == kh && hrw.KeyHash(tierOf(e.key)) == tierHash {
 			return uint32(s)
 		}
 	}

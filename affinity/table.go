@@ -46,6 +46,7 @@ type Table struct {
 	maxSession   int
 	clock        clockReader
 	rec          metrics.Recorder
+	reg          backendReg // table-wide backend numbers
 }
 
 // NewTable validates cfg (see [Config]) and returns an empty table; errors wrap
@@ -119,6 +120,7 @@ func newTable(r resolved, o options) *Table {
 			sh.cap++
 		}
 		sh.next = 1
+		sh.reg = &t.reg
 		if len(t.ttls) <= listInline { // in the line the hit writes anyway (the lock's)
 			sh.lists = sh.listBuf[:len(t.ttls)]
 		} else { // at least a cache line, so that no two shards' heads share one
@@ -215,7 +217,7 @@ func (t *Table) get(sessionID, tier string, touch bool) (string, bool) {
 	if touch {
 		sh.touch(i, e, now)
 	}
-	return sh.slots[e.slot].id, true
+	return sh.idOf(e.slot), true
 }
 
 // Bind binds (sessionID, tier) to backendID with lastUse = now, replacing any binding of

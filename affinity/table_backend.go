@@ -56,13 +56,15 @@ func (t *Table) deleteBackend(id string, reason metrics.Reason) (int, tierTally)
 	for s := range t.shards {
 		sh := &t.shards[s]
 		sh.mu.Lock()
-		si, ok := sh.slotIdx.find(sh.slots, pre, id)
-		if !ok {
+		// Looked up under the shard's lock: a miss adds a new backend under it.
+		e, si := t.reg.cur.Load().find(id, pre)
+		if e == nil || !sh.holds(si) || !e.held() {
 			sh.mu.Unlock()
 			continue
 		}
+		sh.flush()
 		valid, expired := 0, 0
-		for i := sh.slots[si].head; i != 0; {
+		for i := sh.bk[si].head; i != 0; {
 			n := 0
 			for ; i != 0 && n < downBatch; n++ {
 				batch[n] = i
