@@ -21,7 +21,7 @@ import (
 // validate.
 //
 // The hit path comes first and touches, under one shard lock: the index slot, the entry,
-// its backend slot, the candidates (findBackend) and the entry's lastUse (touch). A miss
+// its backend's slot, the candidates (findBackend) and the entry's lastUse (touch). A miss
 // computes its placement outside the lock and decides again under it (the bind/drop
 // re-check, see the package documentation), so nothing changes before the call is known
 // to succeed.

@@ -364,10 +364,15 @@
 // holding the low 32 bits of that hash and an entry number — no second hash of the key);
 // a slab of 48-byte entries in 256-entry chunks with a free list (no per-binding pointer
 // objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
-// backend (its interned ID and hrw node hash kept once per shard, found by that hash in
-// a small open-addressing table of 4-byte positions, with the candidate index and ID
-// string where a hit last found it, and its health state as last read), which makes
-// OnBackendDown proportional to that backend's bindings. The key is one
+// backend, which makes OnBackendDown proportional to that backend's bindings. Backends
+// are numbered table-wide by a small registry (lock-free lookups by the candidate's
+// premixed node hash, then its ID; a number is freed once no shard has a binding to its
+// backend, so reloads with ever new IDs stay bounded), and each shard keeps per number
+// that list's head and length, a bit saying it has bindings to the backend, and the
+// hit's slot (ID, hash, the candidate index and ID string where a hit last found it, its
+// health state as last read), filled by the first hit. A miss reads only the registry
+// and that bit; it queues its binding and every 16th miss links the queued ones into
+// their backends' lists at once, their cache misses overlapped. The key is one
 // string: a byte with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the
 // session ID.
 // Lookups compare a stored key with (tier, session ID) in place, so they never build a

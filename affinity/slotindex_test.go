@@ -11,10 +11,11 @@ import (
 )
 
 // TestTableManyBackendsChurn: a shard finds a backend's bindings list by the backend's
-// hash in a small open-addressing table whose entries come and go with the backend's
-// first and last binding in the shard. Many backends over few bindings per shard make
-// that table probe, grow and shift on delete all the time; every backend's bindings must
-// stay findable as one list (DeleteBackend counts them) and bindings must read back.
+// table-wide number, and holds the number from the backend's first binding in the shard
+// to its last (bindings wait in a batch before they are linked into the list). Many
+// backends over few bindings per shard make numbers be taken, released, freed and reused
+// all the time; every backend's bindings must stay findable as one list (DeleteBackend
+// counts them) and bindings must read back.
 func TestTableManyBackendsChurn(t *testing.T) {
 	for _, nb := range []int{40, 500} {
 		t.Run(fmt.Sprintf("backends=%d", nb), func(t *testing.T) {
