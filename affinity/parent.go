@@ -70,7 +70,7 @@ func (p Placement) Hit() bool { return p == PlacedHit }
 // health read (plus one per candidate when the parent's backend is Draining), one shard lock
 // and the stored key's allocation. Without a parent ID it is exactly SelectBackend.
 func (s *Scheduler) SelectBackendWithParent(sessionID, parentSessionID, tier string, candidates []Backend) (Backend, Placement, error) {
-	if b, p, ok, err := s.placeWithParent(sessionID, parentSessionID, tier, candidates); ok || err != nil {
+	if b, p, ok, err := s.placeWithParent(sessionID, parentSessionID, tier, candidates, 0); ok || err != nil {
 		return b, p, err
 	}
 	b, hit, err := s.SelectBackend(sessionID, tier, candidates)
@@ -86,7 +86,11 @@ func (s *Scheduler) SelectBackendWithParent(sessionID, parentSessionID, tier str
 // parent, or a race lost to a concurrent change (the caller's SelectBackend then sees
 // the new state). It lives beside SelectBackend rather than inside it so the hot path
 // stays untouched; it uses the same table primitives and the same bind/drop re-check.
-func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Backend) (Backend, Placement, bool, error) {
+//
+// units > 0 (AcquireWithParent's request cost, load awareness on and spill enabled) puts
+// the parent's backend through the spill guard of a hit first (parentStays): a hint the
+// guard refuses is declined, ok == false, and the caller decides as Acquire.
+func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Backend, units int64) (Backend, Placement, bool, error) {
 	if parent == "" || parent == sessionID {
 		return Backend{}, PlacedHRW, false, nil
 	}
@@ -102,8 +106,8 @@ func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Back
 		return Backend{}, PlacedHRW, false, nil
 	}
 	kh := hrw.KeyHash(sessionID)
-	pi, pst, ok := s.parentBackend(tier, cands, parent)
-	if !ok {
+	pi, pst, pe, ok := s.parentBackend(tier, cands, parent)
+	if !ok || (units > 0 && !s.parentStays(kh, cands, pi, &pe, units)) {
 		return Backend{}, PlacedHRW, false, nil
 	}
 	pb := &cands[pi].node
@@ -141,35 +145,59 @@ func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Back
 
 // parentBackend returns the index and state of the candidate the parent session is
 // validly bound to, if it is eligible (Healthy; Draining only when no candidate is
-// Healthy). A zero Backend among the candidates makes it decline, so that SelectBackend
-// reports ErrInvalidBackend.
-func (s *Scheduler) parentBackend(tier string, cands []Backend, parent string) (int, health.State, bool) {
-	id, ok := s.t.Get(parent, tier)
+// Healthy), and a copy of the parent's binding (its load fields and lastUse, for the
+// spill guard of AcquireWithParent). A zero Backend among the candidates makes it
+// decline, so that SelectBackend reports ErrInvalidBackend.
+func (s *Scheduler) parentBackend(tier string, cands []Backend, parent string) (int, health.State, entry, bool) {
+	id, pe, ok := s.t.binding(parent, tier)
 	if !ok {
-		return 0, 0, false
+		return 0, 0, entry{}, false
 	}
 	i := -1
 	for j := range cands {
 		if isZero(&cands[j]) {
-			return 0, 0, false
+			return 0, 0, entry{}, false
 		}
 		if i < 0 && cands[j].node.ID() == id {
 			i = j
 		}
 	}
 	if i < 0 {
-		return 0, 0, false
+		return 0, 0, entry{}, false
 	}
 	switch st := s.state(id); st {
 	case health.Healthy:
-		return i, st, true
+		return i, st, pe, true
 	case health.Draining: // eligible only when no candidate is Healthy, as for HRW
 		for j := range cands {
 			if s.state(cands[j].node.ID()) == health.Healthy {
-				return 0, 0, false
+				return 0, 0, entry{}, false
 			}
 		}
-		return i, st, true
+		return i, st, pe, true
 	}
-	return 0, 0, false
+	return 0, 0, entry{}, false
+}
+
+// binding is Get that also returns a copy of the binding's entry, read under its shard's
+// lock with the backend ID (so the two agree): what the parent hint needs of the parent's
+// binding. The copy's key and list links are not to be used. Cost: Get's.
+func (t *Table) binding(sessionID, tier string) (string, entry, bool) {
+	if t.checkKey(sessionID, tier) != nil {
+		return "", entry{}, false
+	}
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
+	now := t.clock.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
+	if i == 0 {
+		return "", entry{}, false
+	}
+	e := sh.at(i)
+	if now-e.lastUse >= t.ttls[e.class] {
+		return "", entry{}, false
+	}
+	return sh.idOf(e.slot), *e, true
 }
