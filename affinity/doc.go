@@ -176,6 +176,23 @@
 //     Stats.ParentPlaced (metrics.ParentRecorder). Otherwise the call is SelectBackend.
 //     The parent's binding is only read (its TTL does not slide); the child's binding is
 //     its own from then on (a broken child binding is rebound by HRW, not by the hint).
+//     [Scheduler.AcquireWithParent] is the same hint for leases (charged the whole cost,
+//     as a miss). With load awareness on and spilling allowed (not disable_spill), the
+//     parent's backend must first pass the guard a hit on it would face, the prefix the
+//     child shares being the parent binding's reprefill (rule 17 with the child's cost;
+//     with the drain model as rules 14c and 14d scale it for the parent's idle time):
+//     the hint applies when that backend is idle, when its wait is at most
+//     spill_cost_weight x that prefix, or when it is under the bound (rule 15, this
+//     request counted: a hit under the bound never spills). Otherwise — over the bound
+//     and busier than that, or busy at all when the prefix is 0 (the parent's last hit
+//     reported its cache lost, or it idled f x the retention) — the hint is declined and
+//     the turn is placed as a new session (rule 16, [PlacedHRW]; nothing is counted as
+//     parent-placed or broken). So a burst of subagents fills the parent's backend only
+//     up to the bound, or to spill_cost_weight x prefix plus one request, and the rest
+//     follow the bounded-load walk. Decision: unlike a spill, a decline does not also
+//     need a target whose wait is lower by more than spill_cost_weight x prefix — the
+//     child has no binding to keep, and that test would let a burst of children exceed
+//     the bound by that much. With disable_spill the hint ignores load, as hits do.
 //
 // Choosing values: balance_factor is HAProxy's hash-balance-factor and Envoy's
 // hash_balance_factor divided by 100 (they take percent); lower values balance harder and

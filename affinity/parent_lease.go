@@ -11,26 +11,26 @@ import "sync/atomic"
 // PlacedHit for a hit, PlacedHRW otherwise).
 //
 // With load awareness on (Config.Load) and spilling allowed (not load.disable_spill), the
-// parent's backend must first pass the spill guard a hit on it would face, with the
-// prefix the child shares taken as the parent binding's reprefill estimate (rule 21 of
-// the package documentation): the hint applies when that backend is idle, when its wait
-// is at most spill_cost_weight x that prefix, or when it is not over the bound or no
-// backend Acquire would choose instead waits less by more than that; a parent whose
-// cache is believed lost (reprefill 0) gives no reason to wait, so any load declines
-// the hint. A declined hint is not counted anywhere: the call is exactly Acquire (the
-// bounded-load walk along the child's own ranking, PlacedHRW; the child had no binding,
-// so nothing is broken). With load awareness off, or spill disabled, the parent
-// placement does not look at load. Either way the child's later turns are Acquire's
-// (they may spill).
+// parent's backend must first pass the spill guard a hit on it would face, the prefix the
+// child shares being the parent binding's reprefill estimate (its last reported prompt,
+// at most this cost; with the drain model what the backend is expected to retain after
+// the parent's idle time): the hint applies when that backend is idle, when its wait is
+// at most spill_cost_weight x that prefix, or when it is under the bound, this request
+// counted. Otherwise, and at any load when that prefix is 0 (the parent's last hit
+// reported its cache lost), the hint is declined: not counted anywhere, the call is
+// exactly Acquire (the bounded-load walk along the child's own ranking, PlacedHRW; the
+// child had no binding, so nothing is broken). Rule 21 of the package documentation
+// states it. With load awareness off, or spill disabled, the parent placement does not
+// look at load. Either way the child's later turns are Acquire's (they may spill).
 //
 // Errors: Acquire's (ErrInvalidLease, ErrInvalidCost and SelectBackend's). Safe for
-// concurrent use (on different Leases); loads read by the guard may change before the
-// lease is taken, as for any placement. Cost: SelectBackendWithParent's plus the lease;
-// with the guard, the parent binding's lookup copies its load fields (same lock), and
-// the guard reads the parent backend's load (one lock-free lookup, atomic loads; with
-// the drain model a clock read); only when that backend's wait exceeds
-// spill_cost_weight x the prefix does it walk the candidates (up to two O(len(candidates))
-// walks, as Acquire's), and a declined hint then costs Acquire as well.
+// concurrent use (on different Leases); the parent's backend ID and reprefill inputs are
+// read together under the parent's shard lock, and the loads the guard reads may change
+// before the lease is taken, as for any placement. Cost: SelectBackendWithParent's plus
+// the lease; with the guard, a lock-free load-record lookup and the backend's load view
+// (atomic loads; with the drain model a clock read), and only when that backend's wait
+// exceeds spill_cost_weight x the prefix one bounded-load walk over the candidates
+// (O(len(candidates)), as Acquire's); a declined hint then costs Acquire as well.
 func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, candidates []Backend, cost int64, l *Lease) (Placement, error) {
 	if l == nil || atomic.LoadUint32(&l.state)&leaseOpen != 0 || cost < 0 {
 		return PlacedHRW, s.refuse(sessionID, tier, candidates, cost, l)

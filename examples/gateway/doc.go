@@ -280,7 +280,11 @@
 //
 // Generation calls with a session are placed by affinity.Scheduler.Acquire (cost =
 // request body bytes / 4) instead of SelectBackend; with affinity.load absent the decisions are the
-// same. Requests without a session (and other requests with one, step 6) are leased
+// same. With a parent session header it is affinity.Scheduler.AcquireWithParent: with
+// affinity.load on (and spilling not disabled) a subagent's first turn goes to its
+// parent's backend only if that backend passes the spill guard (idle, waiting at most
+// spill_cost_weight x the parent's prefix, or within the bound: the affinity package's
+// rule 21), else it is placed like a new session. Requests without a session (and other requests with one, step 6) are leased
 // too, by affinity.Scheduler.LeaseBackend on
 // the backend they are hashed to: their load counts for load-aware placement and in
 // [MetricOutstandingRequests] and [MetricOutstandingCost], and nothing is bound or
