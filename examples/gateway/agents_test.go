@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -100,6 +101,44 @@ func TestParentSessionPlacement(t *testing.T) {
 	rec = do(t, g, chat, chatBody, map[string]string{"X-Session-Affinity": other, "X-Parent-Session-ID": "nobody"})
 	assert.Equal(t, hrwBackend(t, other), rec.Header().Get(gateway.HeaderBackend))
 	assert.Equal(t, uint64(1), g.Scheduler().Stats().ParentPlaced)
+}
+
+// TestParentSessionPlacementUnderLoad: with affinity.load on, a subagent's first turn
+// follows its parent's backend only while that backend passes the spill guard; loaded
+// far beyond it (a flood of long streams), the child is placed like a new session.
+// With disable_spill the hint ignores load.
+func TestParentSessionPlacementUnderLoad(t *testing.T) {
+	tests := []struct {
+		name       string
+		load       string
+		wantParent bool
+	}{
+		{name: "guard declines", load: "affinity: {load: {balance_factor: 1.25, spill_cost_weight: 1}}\n"},
+		{name: "disable_spill", load: "affinity: {load: {balance_factor: 1.25, disable_spill: true}}\n", wantParent: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, tt.load)
+			rec := do(t, g, chat, chatBody, map[string]string{"X-Session-Affinity": "main"})
+			require.Equal(t, http.StatusOK, rec.Code)
+			parentBackend := rec.Header().Get(gateway.HeaderBackend)
+			var busy affinity.Lease // 24 long streams' worth of prefill queued on the parent's backend
+			require.NoError(t, g.Scheduler().LeaseBackend(affinity.MustBackend(parentBackend, "", 1), 24_000, &busy))
+			defer busy.Done(affinity.DoneInfo{})
+
+			child := childAwayFrom(t, parentBackend)
+			rec = do(t, g, chat, chatBody, map[string]string{"X-Session-Affinity": child, "X-Parent-Session-ID": "main"})
+			require.Equal(t, http.StatusOK, rec.Code)
+			if tt.wantParent {
+				assert.Equal(t, parentBackend, rec.Header().Get(gateway.HeaderBackend))
+				assert.Equal(t, uint64(1), g.Scheduler().Stats().ParentPlaced)
+			} else {
+				assert.Equal(t, hrwBackend(t, child), rec.Header().Get(gateway.HeaderBackend), "placed like a new session")
+				assert.Zero(t, g.Scheduler().Stats().ParentPlaced)
+			}
+			assert.Equal(t, "miss", rec.Header().Get(gateway.HeaderOutcome))
+		})
+	}
 }
 
 func TestParentSessionHeaderPrecedenceAndOff(t *testing.T) {
