@@ -12,7 +12,8 @@ type Stats struct {
 	Expired  uint64
 	Bindings int // stored bindings, expired-but-not-reclaimed included
 	// ParentPlaced counts the misses (included in Misses) that
-	// Scheduler.SelectBackendWithParent placed on the parent session's backend.
+	// Scheduler.SelectBackendWithParent or Scheduler.AcquireWithParent placed on the parent
+	// session's backend.
 	ParentPlaced uint64
 }
 

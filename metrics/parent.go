@@ -2,7 +2,8 @@ package metrics
 
 // ParentRecorder is an optional extension of [Recorder]: a Recorder that also implements
 // it is told when the Scheduler placed a session's first turn on its parent session's
-// backend (a placement hint, see affinity.Scheduler.SelectBackendWithParent). Such a turn
+// backend (a placement hint, see affinity.Scheduler.SelectBackendWithParent and
+// AcquireWithParent). Such a turn
 // is also counted as a Miss, so hit rate keeps its meaning; ParentPlaced is the distinct
 // outcome within the misses. Recorders that do not implement it simply do not see it.
 //

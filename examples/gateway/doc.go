@@ -73,8 +73,10 @@
 //     uses all backends.
 //  6. A generation call (POST to a path ending in /chat/completions, /completions,
 //     /responses or /messages; a trailing slash is ignored) with a session ID:
-//     [affinity.Scheduler.SelectBackendWithParent] (SelectBackend when there is no
-//     parent header) — only these read and write a binding and count a hit or miss.
+//     [affinity.Scheduler.AcquireWithParent] (Acquire when there is no parent header;
+//     both decide as SelectBackendWithParent and SelectBackend do, plus the lease and,
+//     with load awareness, the load rules) — only these read and write a binding and
+//     count a hit or miss.
 //     Without a session ID: JSON 400 when require_session is set and the request is a
 //     generation call; otherwise the request is routed like "affinity off" — rendezvous
 //     hashing over the X-Request-Id header (or a random key) among the candidates that
