@@ -108,8 +108,11 @@ func (s *Store) Flush(ctx context.Context) error {
 	}
 }
 
-func (s *Store) sendRefreshes(ctx context.Context, batch []refreshReq) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.dial)
+// sendRefreshes sends one batch within the dial timeout. A failure is counted (op
+// "refresh") unless parent has ended (Close): a batch that runs out of its own time
+// against a hung or unreachable Redis is a failure like any other.
+func (s *Store) sendRefreshes(parent context.Context, batch []refreshReq) {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.dial)
 	defer cancel()
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
@@ -127,8 +130,10 @@ func (s *Store) sendRefreshes(ctx context.Context, batch []refreshReq) {
 			_, err = pipe.Exec(ctx)
 		}
 	}
-	if err != nil && ctx.Err() == nil {
-		s.fail(metrics.StoreOpRefresh)
+	if err != nil {
+		if parent.Err() == nil { // not a shutdown: count it, our own deadline included
+			s.fail(metrics.StoreOpRefresh)
+		}
 		return
 	}
 	for i, c := range cmds {
