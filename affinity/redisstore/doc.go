@@ -66,6 +66,16 @@
 // refresh period (TTL/8) of traffic. Invalidations published while a replica was
 // disconnected are lost; the same refresh corrects that replica.
 //
+// Check at startup with [Store.Ping] (bounded by dial_timeout_seconds): a server that
+// refuses the credentials or the database number gives an error wrapping [ErrRejected]
+// (a configuration error, which does not heal); an unreachable one gives the connection
+// error and the Store keeps retrying. With [WithLogger] a Store logs each change of
+// availability once: a WARN when calls start failing, an INFO when one succeeds again;
+// each failed call is counted, not logged. go-redis itself logs (dial failures, several
+// a second during an outage) through one process-wide logger, to stderr by default; a
+// command can route it to slog with redis.SetLogger([PrintfLogger]{...}). The Store
+// never sets it.
+//
 // # Decisions where the contract is silent
 //
 //   - go-redis v9, not rueidis: the near-cache that server-assisted client-side caching
@@ -85,5 +95,6 @@
 // # Concurrency and goroutines
 //
 // All methods are safe for concurrent use. New starts two goroutines (subscriber,
-// refresh worker); Close stops them. No globals, no init.
+// refresh worker); Close stops them (it may wait up to dial_timeout_seconds for a
+// call in flight on a hung server). No globals, no init.
 package redisstore

@@ -133,9 +133,11 @@ func (s *Store) sendRefreshes(parent context.Context, batch []refreshReq) {
 	if err != nil {
 		if parent.Err() == nil { // not a shutdown: count it, our own deadline included
 			s.fail(metrics.StoreOpRefresh)
+			s.observe(metrics.StoreOpRefresh, err)
 		}
 		return
 	}
+	s.observe(metrics.StoreOpRefresh, nil)
 	for i, c := range cmds {
 		v, err := c.Text()
 		if err != nil {

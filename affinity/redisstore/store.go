@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,6 +77,8 @@ type Store struct {
 	channel string
 	self    string // this store's ID in Sync markers
 	rec     metrics.StoreRecorder
+	log     *slog.Logger // nil: no availability log
+	avail   atomic.Int32 // availUnknown, availUp, availDown
 
 	mu      sync.Mutex
 	watch   func(affinity.StoreKey, string) // nil until Watch
@@ -96,7 +99,8 @@ type Store struct {
 
 // New validates cfg and returns a Store with its background goroutines running. It does
 // not wait for Redis: a server that is down now is retried in the background and every
-// request-path call fails fast until it is back (see [Store.Ping] to check at startup).
+// request-path call fails fast until it is back (see [Store.Ping] to check at startup,
+// and [WithLogger] for the availability log).
 // Errors wrap ErrInvalidConfig.
 func New(cfg Config, opts ...Option) (*Store, error) {
 	r, err := cfg.resolve()
@@ -159,13 +163,6 @@ func (s *Store) Close() error {
 		err = s.client.Close()
 	})
 	return err
-}
-
-// Ping checks that Redis answers within the configured timeout.
-func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
-	defer cancel()
-	return s.client.Ping(ctx).Err()
 }
 
 // Key returns the Redis key of a binding: prefix, the session hash in a Cluster hash
@@ -237,7 +234,9 @@ func (s *Store) Claim(ctx context.Context, key affinity.StoreKey, backendID stri
 	if s.closed.Load() {
 		return "", false, ErrClosed
 	}
-	return pair(claimScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, px(ttl)).Result())
+	v, err := claimScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, px(ttl)).Result()
+	s.observe(metrics.StoreOpClaim, err)
+	return pair(v, err)
 }
 
 // Rebind implements [affinity.Store.Rebind]: one EVALSHA (GET, compare, SET PX, PUBLISH).
@@ -245,7 +244,9 @@ func (s *Store) Rebind(ctx context.Context, key affinity.StoreKey, old, backendI
 	if s.closed.Load() {
 		return "", false, ErrClosed
 	}
-	return pair(rebindScript.Run(ctx, s.client, []string{s.Key(key)}, old, backendID, px(ttl), s.channel, message(key, backendID)).Result())
+	v, err := rebindScript.Run(ctx, s.client, []string{s.Key(key)}, old, backendID, px(ttl), s.channel, message(key, backendID)).Result()
+	s.observe(metrics.StoreOpRebind, err)
+	return pair(v, err)
 }
 
 // Forget implements [affinity.Store.Forget]: one EVALSHA (DEL, PUBLISH).
@@ -253,7 +254,9 @@ func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
+	err := forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
+	s.observe(metrics.StoreOpForget, err)
+	return err
 }
 
 // Errors returns how many background calls failed (refreshes, subscription), and how

@@ -36,18 +36,26 @@ func (s *Store) notify(key affinity.StoreKey, backend string) {
 func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 	defer s.done.Done()
 	for {
-		msg, err := ps.ReceiveMessage(ctx)
+		m, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.fail(metrics.StoreOpWatch)
+			s.observe(metrics.StoreOpWatch, err)
 			select { // go-redis reconnects on the next receive; do not spin meanwhile
 			case <-ctx.Done():
 				return
 			case <-time.After(s.cfg.retryAfter):
 			}
 			continue
+		}
+		msg, ok := m.(*redis.Message)
+		if !ok {
+			if _, sub := m.(*redis.Subscription); sub { // (re)subscribed: Redis answers
+				s.observe(metrics.StoreOpWatch, nil)
+			}
+			continue // also a Pong
 		}
 		if strings.HasPrefix(msg.Payload, "!") { // a Sync marker
 			s.mu.Lock()

@@ -1,0 +1,116 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrRejected is returned (wrapped, with ErrInvalidConfig) by [Store.Ping] when Redis
+// answers but refuses the connection settings: a wrong username or password
+// (WRONGPASS, NOAUTH, NOPERM, an AUTH without a server password) or a database number
+// the server does not have. Unlike an unreachable server, this does not heal: it is a
+// configuration error. The message names the store keys to check.
+var ErrRejected = errors.New("redisstore: Redis rejected the connection settings")
+
+// rejection returns the store keys an error reply of the connection handshake points
+// at ("" when it is not a rejection of the settings).
+func rejection(err error) string {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return ""
+	}
+	msg := re.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "NOPERM"),
+		strings.HasPrefix(msg, "ERR AUTH"), strings.HasPrefix(msg, "ERR invalid password"),
+		strings.HasPrefix(msg, "ERR Client sent AUTH"):
+		return "username/password_env"
+	case strings.Contains(msg, "DB index"):
+		return "db"
+	}
+	return ""
+}
+
+// Ping checks that Redis answers, within the dial timeout (dial_timeout_seconds, 1 s by
+// default: it may open a connection, with TLS and AUTH) or ctx's deadline if sooner;
+// call it at startup. It returns nil, an error wrapping [ErrRejected] and
+// [ErrInvalidConfig] when the server refuses the credentials or the database number (a
+// configuration error), or the connection error (unreachable, timed out: the Store
+// keeps retrying in the background). The outcome counts for the availability log of
+// [WithLogger].
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.dial)
+	defer cancel()
+	err := s.client.Ping(ctx).Err()
+	s.observe("ping", err)
+	if keys := rejection(err); keys != "" {
+		return fmt.Errorf("%w: %w: %s (%s): %w", ErrInvalidConfig, ErrRejected, keys, s.cfg.Address, err)
+	}
+	return err
+}
+
+// WithLogger logs the Store's availability changes on l: one WARN when a call to Redis
+// fails after calls succeeded ("redisstore: Redis unavailable", with the op and the
+// error), one INFO when a call succeeds again after failures ("redisstore: Redis
+// The first outcome after [New] is not logged: check Redis with [Store.Ping] at startup
+// and report that result. A call cancelled by its caller or by Close is no outcome.
+// nil: nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(s *Store) { s.log = l })
+}
+
+// Availability states of a Store (Store.avail).
+const (
+	availUnknown int32 = iota // nothing has answered or failed yet
+	availUp
+	availDown
+)
+
+// observe records the outcome of one call to Redis (op: a metrics.StoreOp constant or
+// "ping") and logs a change of availability. Cancellations are ignored; a deadline is
+// a failure (a hung Redis).
+func (s *Store) observe(op string, err error) {
+	if err != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	next := availUp
+	if err != nil {
+		next = availDown
+	}
+	prev := s.avail.Swap(next)
+	if prev == next || prev == availUnknown || s.log == nil {
+		return
+	}
+	if next == availDown {
+		s.log.Warn("redisstore: Redis unavailable: bindings are decided locally until it answers",
+			"address", s.cfg.Address, "op", op, "err", err.Error())
+		return
+	}
+	s.log.Info("redisstore: Redis available again: bindings are shared", "address", s.cfg.Address, "op", op)
+}
+
+// PrintfLogger adapts a slog.Logger to go-redis's logger interface (Printf(ctx,
+// format, args...)): each message becomes one record at Level with the formatted text
+// as its "msg" attribute. go-redis has one process-wide logger: a command installs it
+// once, e.g. redis.SetLogger(redisstore.PrintfLogger{Logger: l, Level: slog.LevelDebug}).
+// Safe for concurrent use if Logger is. A nil Logger discards.
+type PrintfLogger struct {
+	Logger *slog.Logger
+	Level  slog.Level
+}
+
+// Printf logs one go-redis message.
+func (p PrintfLogger) Printf(ctx context.Context, format string, v ...any) {
+	if p.Logger == nil || !p.Logger.Enabled(ctx, p.Level) {
+		return
+	}
+	p.Logger.Log(ctx, p.Level, "go-redis", "msg", strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
+}
