@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // ErrStoreConfig: a bad store.* field (wraps redisstore's error, e.g.
-// redisstore.ErrAddress or redisstore.ErrPasswordEnv).
+// redisstore.ErrAddress or redisstore.ErrPasswordEnv), or, from [New], settings the
+// Redis server refuses (redisstore.ErrRejected: credentials or db).
 var ErrStoreConfig = errors.New("gateway: bad store config")
 
 // validateStore checks the optional store: block.
@@ -26,18 +28,35 @@ func (c Config) validateStore() error {
 
 // openStore creates the shared binding store of the store: block (nil without one) and
 // returns the Scheduler options that put it behind the binding table. The store counts
-// its background failures in the gateway's recorder (agentserve_affinity_store_errors_total).
+// its background failures in the gateway's recorder (agentserve_affinity_store_errors_total)
+// and logs its availability changes on the gateway's logger.
+//
+// It checks Redis once (Store.Ping, bounded by store.dial_timeout_seconds): settings
+// Redis refuses (credentials, db) are a configuration error and the gateway does not
+// start; an unreachable Redis is logged once at WARN and the gateway starts degraded
+// (bindings decided locally, shared again once Redis answers), as it serves through an
+// outage. A reload cannot change the store block (ErrReloadNeedsRestart), so this is
+// the only check.
 func (g *Gateway) openStore(cfg *redisstore.Config) ([]affinity.Option, error) {
 	if cfg == nil {
 		return nil, nil
 	}
 	sr, _ := g.rec.(metrics.StoreRecorder) // the Prometheus exporter counts store errors
-	st, err := redisstore.New(*cfg, redisstore.WithRecorder(sr))
+	st, err := redisstore.New(*cfg, redisstore.WithRecorder(sr), redisstore.WithLogger(g.log))
 	if err != nil {
 		return nil, invalidFrom(ErrStoreConfig, "store", err, redisstore.ErrInvalidConfig)
 	}
+	if err := st.Ping(context.Background()); err != nil {
+		if errors.Is(err, redisstore.ErrRejected) {
+			_ = st.Close()
+			return nil, invalidFrom(ErrStoreConfig, "store", err, redisstore.ErrInvalidConfig)
+		}
+		g.log.Warn("gateway: Redis unreachable at start: bindings are decided locally, not shared, until it answers",
+			"address", cfg.Address, "err", err.Error())
+	} else {
+		g.log.Info("gateway: bindings shared on Redis", "address", cfg.Address)
+	}
 	g.store = st
-	g.log.Info("gateway: bindings shared on Redis", "address", cfg.Address)
 	return st.SchedulerOptions(), nil
 }
 

@@ -1,11 +1,18 @@
 package gateway_test
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentserve/sessionaffinity/affinity/redisstore"
+	"github.com/agentserve/sessionaffinity/affinity/redisstore/redistest"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -46,6 +53,83 @@ func TestParseConfigStoreErrors(t *testing.T) {
 				require.ErrorIs(t, err, gateway.ErrStoreConfig)
 				require.Contains(t, err.Error(), "store: ")
 			}
+		})
+	}
+}
+
+// storeGateway builds a gateway whose store: block points at addr (with extra keys),
+// logging into a buffer; it returns New's result and the log.
+func storeGateway(t *testing.T, addr, extra string) (*gateway.Gateway, string, error) {
+	t.Helper()
+	cfg, err := gateway.ParseConfig([]byte(minimal + "store: {address: '" + addr + "', dial_timeout_seconds: 0.3" + extra + "}\n"))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	g, err := gateway.New(cfg, gateway.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if g != nil {
+		t.Cleanup(g.Close)
+	}
+	return g, buf.String(), err
+}
+
+// TestStoreStartRejected: settings Redis refuses (a wrong password, no password, a db
+// out of range) stop New with a configuration error naming the store keys.
+func TestStoreStartRejected(t *testing.T) {
+	t.Setenv("GATEWAY_TEST_REDIS_PASSWORD", "wrong")
+	for _, tc := range []struct {
+		name, extra, keys string
+	}{
+		{"wrong password", ", password_env: GATEWAY_TEST_REDIS_PASSWORD", "password_env"},
+		{"no password", "", "password_env"},
+		{"db out of range", ", db: 99", "db"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			if tc.keys == "password_env" {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+				require.NoError(t, c.ConfigSet(context.Background(), "requirepass", "sekrit").Err())
+				require.NoError(t, c.Close())
+			}
+			g, _, err := storeGateway(t, srv.Addr(), tc.extra)
+			require.Nil(t, g)
+			require.ErrorIs(t, err, gateway.ErrInvalidConfig)
+			require.ErrorIs(t, err, gateway.ErrStoreConfig)
+			require.ErrorIs(t, err, redisstore.ErrRejected)
+			require.Contains(t, err.Error(), "store: ")
+			require.Contains(t, err.Error(), tc.keys)
+		})
+	}
+}
+
+// TestStoreStartUnreachable: nothing listening or a server that never answers: New
+// succeeds (the gateway serves through a Redis outage) with one WARN line and without
+// the "bindings shared" line; a reachable Redis logs that line and no WARN.
+func TestStoreStartUnreachable(t *testing.T) {
+	stopped := redistest.Start(t)
+	stopped.Stop()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	defer ln.Close()
+	up := redistest.Start(t)
+	for _, tc := range []struct {
+		name, addr string
+		warn       bool
+	}{
+		{"nothing listening", stopped.Addr(), true},
+		{"silent", ln.Addr().String(), true},
+		{"up", up.Addr(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, log, err := storeGateway(t, tc.addr, "")
+			require.NoError(t, err)
+			require.NotNil(t, g.Store())
+			if tc.warn {
+				require.Equal(t, 1, strings.Count(log, "level=WARN"), log)
+				require.Contains(t, log, "gateway: Redis unreachable at start")
+				require.NotContains(t, log, "bindings shared on Redis")
+				return
+			}
+			require.NotContains(t, log, "level=WARN")
+			require.Contains(t, log, "bindings shared on Redis")
 		})
 	}
 }

@@ -28,6 +28,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentserve/sessionaffinity/affinity/redisstore"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -84,6 +87,12 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 	override(&cfg)
+	if cfg.Store != nil {
+		// go-redis has one process-wide logger (stderr by default, a line per failed
+		// dial): route it into this logger at DEBUG. The store logs the outage and the
+		// recovery itself, once each (WARN, INFO). run is main's body: set once per process.
+		redis.SetLogger(redisstore.PrintfLogger{Logger: logger, Level: slog.LevelDebug})
+	}
 	g, err := gateway.New(cfg, gateway.WithLogger(logger))
 	if err != nil {
 		return err
