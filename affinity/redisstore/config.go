@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,10 @@ var (
 	ErrPasswordEnv = errors.New("redisstore: password environment variable unset")
 	// ErrTimeout: a *_seconds key is negative, NaN or infinite.
 	ErrTimeout = errors.New("redisstore: bad timeout")
+	// ErrPrefix: prefix contains '{' or '}'. The keys put the session hash in braces (a
+	// Redis Cluster hash tag); a brace in the prefix would make the prefix the hash tag
+	// and put every key of the fleet in one Cluster slot (one node).
+	ErrPrefix = errors.New("redisstore: bad prefix")
 	// ErrTLS: tls_ca_file cannot be read or holds no PEM certificate, or a tls_* key is
 	// set while tls is false.
 	ErrTLS = errors.New("redisstore: bad tls setting")
@@ -68,7 +73,8 @@ type Config struct {
 	// Only with TLS.
 	TLSCAFile string `yaml:"tls_ca_file" json:"tls_ca_file"`
 	// Prefix starts every key and the invalidation channel; "" means DefaultPrefix. Give
-	// each fleet sharing one Redis its own prefix.
+	// each fleet sharing one Redis its own prefix. It must not contain '{' or '}'
+	// (ErrPrefix).
 	Prefix string `yaml:"prefix" json:"prefix"`
 	// TimeoutSeconds bounds each store call a request waits for, in seconds; 0 means
 	// DefaultTimeoutSeconds (0.05). Past it the request is decided from the local table.
@@ -103,7 +109,7 @@ func invalid(kind error, key string, format string, args ...any) error {
 }
 
 // Validate reports the first invalid field (after defaults) as an error wrapping
-// ErrInvalidConfig and one of ErrAddress, ErrPasswordEnv, ErrTimeout, ErrTLS. It reads
+// ErrInvalidConfig and one of ErrAddress, ErrPasswordEnv, ErrPrefix, ErrTimeout, ErrTLS. It reads
 // the password environment variable and the CA file but connects to nothing.
 func (c Config) Validate() error {
 	_, err := c.resolve()
@@ -142,6 +148,9 @@ func (c Config) resolve() (resolved, error) {
 		if r.password == "" {
 			return r, invalid(ErrPasswordEnv, "password_env", "environment variable %s is unset or empty", c.PasswordEnv)
 		}
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return r, invalid(ErrPrefix, "prefix", "%q contains '{' or '}': with Redis Cluster every key would hash to one slot (the session hash is the key's hash tag)", c.Prefix)
 	}
 	if c.DB < 0 {
 		return r, invalid(ErrInvalidConfig, "db", "%d is negative", c.DB)

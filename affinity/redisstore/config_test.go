@@ -37,6 +37,8 @@ func TestConfigValidate(t *testing.T) {
 		{"tls key without tls", redisstore.Config{Address: "h:1", TLSCAFile: noPEM}, redisstore.ErrTLS},
 		{"ca file missing", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: filepath.Join(dir, "missing.pem")}, redisstore.ErrTLS},
 		{"ca file without PEM", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: noPEM}, redisstore.ErrTLS},
+		{"brace in prefix", redisstore.Config{Address: "h:1", Prefix: "{fleet}:"}, redisstore.ErrPrefix},
+		{"closing brace in prefix", redisstore.Config{Address: "h:1", Prefix: "fleet}"}, redisstore.ErrPrefix},
 		{"negative db", redisstore.Config{Address: "h:1", DB: -1}, redisstore.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,6 +43,13 @@
 //     asynchronously: the refresh is queued and sent in pipelines of up to 256 by a
 //     background goroutine. A refresh that finds another backend drops the local copy; one
 //     that finds no key re-creates it (a restarted Redis is refilled by the traffic).
+//     The key thus expires between TTL and TTL × 1.125 after the session's last turn,
+//     and the Scheduler's own expiry and LRU eviction (max_bindings) are local: a later
+//     turn adopts the key while it lives, as a hit on the same backend.
+//   - Limit: replicas whose candidate lists differ for good (one has a backend the
+//     other lacks, and the reverse) each move a session bound outside their own list,
+//     so a session whose turns alternate between them moves on every turn. Keep the
+//     lists identical; during a rolling change the window is the rollout.
 //
 // # What is stored
 //

@@ -43,6 +43,7 @@ func TestParseConfigStoreErrors(t *testing.T) {
 		{"password env unset", "store: {address: 'h:6379', password_env: GATEWAY_TEST_UNSET_VAR}", redisstore.ErrPasswordEnv},
 		{"negative timeout", "store: {address: 'h:6379', timeout_seconds: -1}", redisstore.ErrTimeout},
 		{"tls key without tls", "store: {address: 'h:6379', tls_server_name: r}", redisstore.ErrTLS},
+		{"brace in prefix", "store: {address: 'h:6379', prefix: '{fleet}:'}", redisstore.ErrPrefix},
 		{"unknown key", "store: {address: 'h:6379', adress: x}", gateway.ErrUnknownKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
