@@ -13,7 +13,10 @@
 //
 // # Protocol
 //
-// One gRPC stream per HTTP request. With FULL_DUPLEX_STREAMED request bodies (the mode
+// One gRPC stream per HTTP request, and one routing decision per stream: request headers
+// after the request headers (a second request), or request body after the decision, end
+// the stream with gRPC InvalidArgument ([ErrSequence]) after the answers already due,
+// releasing the decision's lease. With FULL_DUPLEX_STREAMED request bodies (the mode
 // the protocol requires, announced by Envoy in ProcessingRequest.protocol_config) the
 // picker holds the request-headers answer back until the body is complete (the model is
 // in the body), then answers the headers with

@@ -57,6 +57,13 @@ const (
 // request body mode other than FULL_DUPLEX_STREAMED, BUFFERED or NONE.
 var ErrUnsupportedMode = errors.New("extproc: unsupported body send mode")
 
+// ErrSequence is returned (as gRPC InvalidArgument, ending the stream) when a stream
+// carries more than one request: request headers after the request headers or after the
+// routing decision, or request body after the decision. Envoy sends one request per
+// stream; refusing the rest keeps one stream to one decision and one lease, which the
+// stream's end releases.
+var ErrSequence = errors.New("extproc: message out of sequence: one request per stream")
+
 // Server is an Envoy ext_proc server that picks an inference endpoint for each request
 // with a [gateway.Gateway]'s routing (session headers, tier, tenant scope, the
 // affinity Scheduler) and answers in the Endpoint Picker Protocol. Create with [New];
@@ -166,7 +173,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		out, done, err := x.handle(req)
 		if err != nil {
-			return status.Error(codes.Unimplemented, err.Error())
+			code := codes.Unimplemented
+			if errors.Is(err, ErrSequence) {
+				code = codes.InvalidArgument
+			}
+			return status.Error(code, err.Error()) // the deferred release ends any lease
 		}
 		for _, r := range out {
 			if err := stream.Send(r); err != nil {
@@ -216,6 +227,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 	}
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if x.req != nil || x.decided {
+			return nil, true, fmt.Errorf("%w: request headers after the request headers", ErrSequence)
+		}
 		x.req = toRequest(r.RequestHeaders.GetHeaders())
 		x.subset = subsetHint(req.GetMetadataContext())
 		if r.RequestHeaders.GetEndOfStream() {
@@ -227,6 +241,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 		}
 		return nil, false, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if x.decided {
+			return nil, true, fmt.Errorf("%w: request body after the routing decision", ErrSequence)
+		}
 		x.body.Write(r.RequestBody.GetBody())
 		if int64(x.body.Len()) > x.s.maxBody {
 			x.s.requests.WithLabelValues("rejected").Inc()
@@ -295,7 +312,10 @@ func duplex(m filterv3.ProcessingMode_BodySendMode) (bool, error) {
 
 // decide picks the endpoint once the request headers and body are complete and returns
 // the answers for the messages held back (then trailer, if not nil).
+// handle calls it at most once per stream (ErrSequence guards the rest); were it called
+// again, the earlier lease is released first, so no lease outlives its stream.
 func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, bool, error) {
+	x.release()
 	x.decided = true
 	if x.req == nil { // a body without headers: not Envoy's sequence, but do not crash
 		x.req = toRequest(nil)
