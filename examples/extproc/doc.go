@@ -49,6 +49,34 @@
 // that is too long (or missing on a generation call with require_session); 413 above
 // max_body_bytes.
 //
+// # Configuration keys honoured
+//
+// The picker reads the gateway's YAML. It honours backends (id, url, weight, tier),
+// session_headers, parent_session_headers, require_session, tiers, tenant, health,
+// affinity (with load and store), metrics, max_body_bytes, and of limits and timeouts:
+//
+//   - limits.max_inflight_bytes: each request body is charged as its buffer grows (the
+//     first buffer is the first chunk's size, at least 512 bytes; each doubling is
+//     charged before it is made) and returned once the decision is sent or the stream
+//     ends; over it, ImmediateResponse 503 "overloaded" with Retry-After
+//     (limits.retry_after_seconds). Shown in agentserve_gateway_inflight_bytes.
+//   - limits.max_inflight_requests: a decision holds one slot until its lease ends (the
+//     response stream's end, or the stream's end); over it, 503 "overloaded" with
+//     Retry-After. Shown in agentserve_gateway_inflight_requests.
+//   - timeouts.read_body_seconds: bounds the time from the stream's start to the
+//     decision (headers and body); exceeded, ImmediateResponse 408 "request_timeout".
+//   - limits.max_header_bytes: the request headers' names and values plus 4 bytes a line
+//     (as in HTTP/1); over it, 431 "request_header_fields_too_large". A header value
+//     with a control character other than tab (NUL, CR, LF, DEL...) gets 400
+//     "invalid_header", as net/http refuses such requests before the HTTP gateway's
+//     session checks.
+//
+// Not applicable, ignored: listen, the other timeouts (Envoy owns the client and backend
+// connections), limits.max_connections (bound gRPC with its own server options),
+// retries, outlier detection and passive health (Envoy sees the responses, the picker
+// does not). Each rejection counts in agentserve_extproc_requests_total (rejected for
+// 4xx, unavailable for 503).
+//
 // # Decisions where the protocol is silent
 //
 //   - One endpoint per answer, no fallback list: the binding names one backend, and a
@@ -71,6 +99,7 @@
 // # Concurrency
 //
 // A [Server] is safe for concurrent use; grpc-go runs each stream on its own goroutine
-// and the picker starts none. Cost per request: one body buffer up to max_body_bytes
-// and the gateway's Decide (one Scheduler call).
+// and the picker starts one more per stream, to receive (so the body read timeout can
+// end a stream whose client is silent); it ends with the stream. Cost per request: one
+// body buffer up to max_body_bytes and the gateway's Decide (one Scheduler call).
 package extproc

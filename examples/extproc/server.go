@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -160,12 +161,40 @@ func (s *Server) Register(gs *grpc.Server) *health.Server {
 
 // Process handles one HTTP request/response exchange (one gRPC stream). It returns nil
 // when the data plane closes the stream or cancels it, or after an immediate response.
+//
+// Limits (of the gateway's configuration): the request body is charged to
+// limits.max_inflight_bytes as its buffer grows and returned once the decision is
+// sent; the decision holds one of limits.max_inflight_requests until the lease ends
+// (either over its cap: ImmediateResponse 503 "overloaded" with Retry-After);
+// timeouts.read_body_seconds bounds the time from the stream's start to the decision
+// (exceeded: ImmediateResponse 408); limits.max_header_bytes bounds the request
+// headers (names, values and 4 bytes a line, as in HTTP/1; over: 431); a header value
+// with a control character (NUL, CR, LF, ...) is refused with 400, as net/http does.
+// It starts one goroutine per stream to receive, which ends with the stream.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	x := &exchange{s: s, reqDuplex: true, respDuplex: true}
 	defer x.release()
+	ctx := stream.Context()
+	msgs := make(chan received)
+	go receive(ctx, stream, msgs)
+	cfg := s.g.Config()
+	timer := time.NewTimer(seconds(cfg.Timeouts.ReadBodySeconds))
+	defer timer.Stop()
+	timeout := timer.C
 	for {
-		req, err := stream.Recv()
-		if err == io.EOF || status.Code(err) == codes.Canceled || stream.Context().Err() != nil {
+		var m received
+		select {
+		case m = <-msgs:
+		case <-ctx.Done():
+			return nil
+		case <-timeout:
+			s.requests.WithLabelValues("rejected").Inc()
+			_ = stream.Send(immediate(http.StatusRequestTimeout, "request_timeout", fmt.Sprintf(
+				"request body not received within timeouts.read_body_seconds (%v s)", cfg.Timeouts.ReadBodySeconds)))
+			return nil
+		}
+		req, err := m.req, m.err
+		if err == io.EOF || status.Code(err) == codes.Canceled || ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
@@ -187,6 +216,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if done {
 			return nil
 		}
+		if x.decided {
+			timeout = nil
+			x.freeBody() // the body has been sent back: its bytes leave the budget
+		}
 	}
 }
 
@@ -197,7 +230,9 @@ type exchange struct {
 	reqDuplex, respDuplex bool // FULL_DUPLEX_STREAMED (else BUFFERED or NONE)
 	req                   *http.Request
 	subset                map[string]bool // nil: no subset hint
-	body                  bytes.Buffer
+	body                  []byte          // the request body so far
+	reserved              int64           // bytes of body's buffer charged to max_inflight_bytes
+	slot                  bool            // holds one of limits.max_inflight_requests
 	decided               bool
 	headersAnswered       bool // BUFFERED: the request headers were answered already
 	decision              gateway.Decision
@@ -205,7 +240,18 @@ type exchange struct {
 	leased                bool
 }
 
+// release ends what the exchange holds: its body's bytes, its request slot and its lease.
 func (x *exchange) release() {
+	x.freeBody()
+	x.endLease()
+}
+
+// endLease ends the decision's lease and returns its request slot.
+func (x *exchange) endLease() {
+	if x.slot {
+		x.slot = false
+		x.s.g.ReleaseRequest()
+	}
 	if x.leased {
 		x.leased = false
 		x.s.inflight.Add(-1)
@@ -230,6 +276,10 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 		if x.req != nil || x.decided {
 			return nil, true, fmt.Errorf("%w: request headers after the request headers", ErrSequence)
 		}
+		if resp := checkHeaders(r.RequestHeaders.GetHeaders(), x.s.g.Config().Limits.MaxHeaderBytes); resp != nil {
+			x.s.requests.WithLabelValues("rejected").Inc()
+			return []*extprocv3.ProcessingResponse{resp}, true, nil
+		}
 		x.req = toRequest(r.RequestHeaders.GetHeaders())
 		x.subset = subsetHint(req.GetMetadataContext())
 		if r.RequestHeaders.GetEndOfStream() {
@@ -244,11 +294,8 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 		if x.decided {
 			return nil, true, fmt.Errorf("%w: request body after the routing decision", ErrSequence)
 		}
-		x.body.Write(r.RequestBody.GetBody())
-		if int64(x.body.Len()) > x.s.maxBody {
-			x.s.requests.WithLabelValues("rejected").Inc()
-			return []*extprocv3.ProcessingResponse{immediate(http.StatusRequestEntityTooLarge, "request_too_large",
-				fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", x.s.maxBody))}, true, nil
+		if resp := x.appendBody(r.RequestBody.GetBody()); resp != nil {
+			return []*extprocv3.ProcessingResponse{resp}, true, nil
 		}
 		if r.RequestBody.GetEndOfStream() {
 			return x.decide(nil)
@@ -315,7 +362,7 @@ func duplex(m filterv3.ProcessingMode_BodySendMode) (bool, error) {
 // handle calls it at most once per stream (ErrSequence guards the rest); were it called
 // again, the earlier lease is released first, so no lease outlives its stream.
 func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, bool, error) {
-	x.release()
+	x.endLease()
 	x.decided = true
 	if x.req == nil { // a body without headers: not Envoy's sequence, but do not crash
 		x.req = toRequest(nil)
@@ -324,7 +371,12 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 	if x.subset != nil {
 		allow = func(id string) bool { return x.subset[x.s.endpoint[id]] }
 	}
-	d, err := x.s.g.Decide(x.req, x.body.Bytes(), allow)
+	if !x.s.g.AcquireRequest() {
+		x.s.requests.WithLabelValues("unavailable").Inc()
+		return []*extprocv3.ProcessingResponse{x.s.overloaded("requests in flight exceed limits.max_inflight_requests")}, true, nil
+	}
+	x.slot = true // until the lease ends (release)
+	d, err := x.s.g.Decide(x.req, x.body, allow)
 	if err != nil {
 		var re *gateway.RequestError
 		code, status := "routing_error", http.StatusInternalServerError
@@ -349,11 +401,11 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 	meta := destinationMetadata(x.endpoint)
 	set := []*corev3.HeaderValueOption{header(HeaderDestination, x.endpoint)}
 	var out []*extprocv3.ProcessingResponse
-	changed := !bytes.Equal(d.Body, x.body.Bytes())
+	changed := !bytes.Equal(d.Body, x.body)
 	switch {
 	case x.reqDuplex:
 		out = append(out, requestHeaders(set, meta))
-		if x.body.Len() > 0 || changed {
+		if len(x.body) > 0 || changed {
 			out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 				RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
 					Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{

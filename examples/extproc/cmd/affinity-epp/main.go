@@ -5,7 +5,9 @@
 //	go run -C examples/extproc ./cmd/affinity-epp   # -config ../configs/gateway.yaml
 //
 // It reads the example gateway's YAML (backends, session and parent headers, tiers,
-// tenant, health, affinity, metrics), serves ext_proc and gRPC health on -grpc and
+// tenant, health, affinity, metrics, max_body_bytes, limits.max_inflight_bytes,
+// limits.max_inflight_requests, limits.max_header_bytes, timeouts.read_body_seconds;
+// the package documentation lists what is ignored), serves ext_proc and gRPC health on -grpc and
 // /metrics and /healthz on -metrics, and runs the health prober. Ctrl-C stops it.
 package main
 

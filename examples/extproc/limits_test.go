@@ -1,0 +1,141 @@
+package extproc_test
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// immediateOf returns the status, error code and headers of an ImmediateResponse.
+func immediateOf(t *testing.T, r *extprocv3.ProcessingResponse) (int, string, *extprocv3.HeaderMutation) {
+	t.Helper()
+	ir := r.GetImmediateResponse()
+	require.NotNil(t, ir, "want an ImmediateResponse, got %v", r)
+	return int(ir.GetStatus().GetCode()), strings.TrimPrefix(ir.GetDetails(), "agentserve_epp_"), ir.GetHeaders()
+}
+
+// closeAndDrain ends the client side of st and waits for the server to end the stream
+// (after it has released what the stream held).
+func closeAndDrain(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient) {
+	t.Helper()
+	require.NoError(t, st.CloseSend())
+	for {
+		if _, err := st.Recv(); err != nil {
+			assert.ErrorIs(t, err, io.EOF)
+			return
+		}
+	}
+}
+
+// Unfinished bodies are charged to limits.max_inflight_bytes as their buffers grow;
+// over it: 503 overloaded with Retry-After; the bytes return when the streams end.
+func TestInflightBytesBudget(t *testing.T) {
+	e := newEnv(t, backendsYAML+"max_body_bytes: 4096\nlimits: {max_inflight_bytes: 8256, retry_after_seconds: 7}\n")
+	chunk := strings.Repeat("x", 3000)
+	var held []extprocv3.ExternalProcessor_ProcessClient
+	for i := range 2 {
+		st, _ := e.open(t)
+		send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", fmt.Sprint("s", i)), reqBody(chunk, false))
+		held = append(held, st)
+	}
+	st, _ := e.open(t)
+	send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "s3"), reqBody(chunk, false))
+	status, code, hs := immediateOf(t, recv(t, st))
+	assert.Equal(t, 503, status)
+	assert.Equal(t, "overloaded", code)
+	assert.Equal(t, "7", setHeader(hs, "retry-after"))
+	_, bytes := e.g.InFlight()
+	assert.Equal(t, int64(6000), bytes, "two bodies, each charged its 3000-byte buffer")
+	assert.True(t, strings.Contains(scrape(t, e.g), "\nagentserve_gateway_inflight_bytes 6000\n"), "the gateway's gauge")
+	for _, st := range held {
+		closeAndDrain(t, st)
+	}
+	assertNothingHeld(t, e)
+}
+
+// A decision holds one of limits.max_inflight_requests until its response ends.
+func TestInflightRequestsLimit(t *testing.T) {
+	e := newEnv(t, backendsYAML+"limits: {max_inflight_requests: 1}\n")
+	a, _ := e.open(t)
+	send(t, a, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "a"), reqBody(chatBody, true))
+	recv(t, a)
+	recv(t, a)
+	req, _ := e.g.InFlight()
+	assert.Equal(t, int64(1), req)
+
+	b, _ := e.open(t)
+	send(t, b, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "b"), reqBody(chatBody, true))
+	status, code, hs := immediateOf(t, recv(t, b))
+	assert.Equal(t, 503, status)
+	assert.Equal(t, "overloaded", code)
+	assert.Equal(t, "1", setHeader(hs, "retry-after"))
+
+	send(t, a, respHeaders(false), respBody("done", true))
+	recv(t, a)
+	recv(t, a)
+	closeAndDrain(t, a)
+	assertNothingHeld(t, e)
+	c, _ := e.open(t)
+	send(t, c, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "c"), reqBody(chatBody, true))
+	assert.NotNil(t, recv(t, c).GetRequestHeaders(), "a slot is free again")
+}
+
+// timeouts.read_body_seconds bounds the wait for the body: 408, and the stream ends.
+func TestReadBodyTimeout(t *testing.T) {
+	e := newEnv(t, backendsYAML+"timeouts: {read_body_seconds: 0.05}\n")
+	st, _ := e.open(t)
+	send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "slow"), reqBody(`{"model":`, false))
+	status, code, _ := immediateOf(t, recv(t, st))
+	assert.Equal(t, 408, status)
+	assert.Equal(t, "request_timeout", code)
+	_, err := st.Recv()
+	assert.ErrorIs(t, err, io.EOF)
+	assertNothingHeld(t, e)
+}
+
+// Request headers over limits.max_header_bytes get 431; a header value with a control
+// character gets 400 (as net/http answers the HTTP gateway's clients).
+func TestRequestHeaderChecks(t *testing.T) {
+	many := make([]string, 0, 2000)
+	for i := range 1000 {
+		many = append(many, fmt.Sprint("x-h", i), "v")
+	}
+	tests := []struct {
+		name   string
+		kv     []string
+		status int
+		code   string
+	}{
+		{"one large header", []string{"x-big", strings.Repeat("a", 2000)}, 431, "request_header_fields_too_large"},
+		{"many header lines", many, 431, "request_header_fields_too_large"},
+		{"NUL in the session ID", []string{"x-session-id", "a\x00b"}, 400, "invalid_header"},
+		{"CR in the session ID", []string{"x-session-id", "a\rb"}, 400, "invalid_header"},
+		{"LF in the session ID", []string{"x-session-id", "a\nb"}, 400, "invalid_header"},
+		{"DEL in another header", []string{"x-other", "a\x7f"}, 400, "invalid_header"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, backendsYAML+"limits: {max_header_bytes: 1024}\n")
+			st, _ := e.open(t)
+			send(t, st, reqHeaders("POST", chatPath, false, duplex, tt.kv...))
+			status, code, _ := immediateOf(t, recv(t, st))
+			assert.Equal(t, tt.status, status)
+			assert.Equal(t, tt.code, code)
+			_, err := st.Recv()
+			assert.ErrorIs(t, err, io.EOF)
+			assertNothingHeld(t, e)
+		})
+	}
+	t.Run("tab and a header just under the limit pass", func(t *testing.T) {
+		e := newEnv(t, backendsYAML+"limits: {max_header_bytes: 1024}\n")
+		st, _ := e.open(t)
+		send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "a\tb", "x-pad", strings.Repeat("p", 800)),
+			reqBody(chatBody, true))
+		assert.NotNil(t, recv(t, st).GetRequestHeaders())
+	})
+}
