@@ -21,7 +21,8 @@
 // picker holds the request-headers answer back until the body is complete (the model is
 // in the body), then answers the headers with
 //
-//   - header x-gateway-destination-endpoint: <ip:port> (set, overwriting a client value),
+//   - header x-gateway-destination-endpoint: <ip:port> (set, overwriting a client value;
+//     a backend URL whose host is a name is refused by [New] with [ErrEndpointHost]),
 //     clear_route_cache, and
 //   - dynamic metadata {"envoy.lb": {"x-gateway-destination-endpoint": "<ip:port>"}}
 //     (the same value),

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -58,6 +59,12 @@ const (
 // request body mode other than FULL_DUPLEX_STREAMED, BUFFERED or NONE.
 var ErrUnsupportedMode = errors.New("extproc: unsupported body send mode")
 
+// ErrEndpointHost is returned by [New] when a backend's URL host is a name rather than
+// an IP address: the picked endpoint must be ip:port for Envoy's ORIGINAL_DST cluster,
+// which connects to it without resolving names. Resolve the name in the YAML (or run
+// the picker where the backends' addresses are known) instead.
+var ErrEndpointHost = errors.New("extproc: backend url host must be an IP address")
+
 // ErrSequence is returned (as gRPC InvalidArgument, ending the stream) when a stream
 // carries more than one request: request headers after the request headers or after the
 // routing decision, or request body after the decision. Envoy sends one request per
@@ -95,7 +102,9 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // max_body_bytes) and registers its metrics on g.Registry():
 // agentserve_extproc_requests_total{result} (hit, miss, rejected, unavailable),
 // agentserve_extproc_inflight_requests and agentserve_extproc_served_elsewhere_total. Each backend's endpoint is the host:port of
-// its URL (port 80/443 by scheme when absent). Errors: metric registration.
+// its URL (port 80/443 by scheme when absent). Errors: [ErrEndpointHost] when a
+// backend's URL host is not an IP address (names are refused, not resolved: a name
+// resolved once at start would go stale), metric registration.
 func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
 	s := &Server{g: g, maxBody: g.Config().MaxBodyBytes, endpoint: map[string]string{}}
 	for _, o := range opts {
@@ -104,10 +113,15 @@ func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	for _, b := range g.Config().Backends {
+	for i, b := range g.Config().Backends {
 		u, err := url.Parse(b.URL)
 		if err != nil {
 			return nil, fmt.Errorf("extproc: backend %q: %w", b.ID, err)
+		}
+		if _, err := netip.ParseAddr(u.Hostname()); err != nil {
+			return nil, fmt.Errorf("%w: backends[%d] (id %q) url: %q: host %q is not an IP address, "+
+				"and x-gateway-destination-endpoint must be ip:port for Envoy's ORIGINAL_DST cluster",
+				ErrEndpointHost, i, b.ID, b.URL, u.Hostname())
 		}
 		s.endpoint[b.ID] = hostPort(u)
 	}

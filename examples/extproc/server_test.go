@@ -334,3 +334,33 @@ func TestServedElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// A backend URL with a host name is refused at start, naming the backend and the key:
+// Envoy's ORIGINAL_DST cluster needs ip:port.
+func TestHostNameBackendRefused(t *testing.T) {
+	tests := []struct {
+		name, url string
+		ok        bool
+	}{
+		{"host name", "http://localhost:18101", false},
+		{"host name without port", "http://vllm.internal", false},
+		{"IPv4", "http://127.0.0.1:18101", true},
+		{"IPv6", "http://[::1]:18101", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := gateway.ParseConfig([]byte("backends:\n  - {id: b0, url: \"http://10.0.0.1:8000\"}\n  - {id: v1, url: \"" + tt.url + "\"}\n"))
+			require.NoError(t, err)
+			g, err := gateway.New(cfg)
+			require.NoError(t, err)
+			defer g.Close()
+			_, err = extproc.New(g)
+			if tt.ok {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorIs(t, err, extproc.ErrEndpointHost)
+			assert.ErrorContains(t, err, `backends[1] (id "v1") url`)
+		})
+	}
+}
