@@ -34,7 +34,8 @@
 // Unimplemented ([ErrUnsupportedMode]). When protocol_config is absent (older Envoy),
 // FULL_DUPLEX_STREAMED is assumed.
 //
-// Response headers get X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit; response
+// Response headers get X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit (nothing on
+// a stream without a decision); response
 // body chunks pass through unchanged. The request counts as in flight
 // (agentserve_extproc_inflight_requests) from the pick until the response stream ends:
 // response body or headers with end_of_stream, response trailers, or the stream's end
@@ -42,7 +43,9 @@
 //
 // Subset hint: when the request's filter metadata has
 // "envoy.lb.subset_hint"/"x-gateway-destination-endpoint-subset", only backends whose
-// ip:port is in that list are candidates.
+// ip:port is in that list are candidates. A hint that is not a list of strings (one
+// string instead of a list of one, say) is refused with 400 "invalid_subset_hint"
+// naming the hint ([ErrSubsetHint]), not read as an empty subset.
 //
 // Errors become ImmediateResponses with the gateway's OpenAI-style JSON body, and the
 // stream ends: 503 when no endpoint is eligible (all Down, or none in the subset), as

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,14 +17,12 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
@@ -295,7 +292,10 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 			return []*extprocv3.ProcessingResponse{resp}, true, nil
 		}
 		x.req = toRequest(r.RequestHeaders.GetHeaders())
-		x.subset = subsetHint(req.GetMetadataContext())
+		if x.subset, err = subsetHint(req.GetMetadataContext()); err != nil {
+			x.s.requests.WithLabelValues("rejected").Inc()
+			return []*extprocv3.ProcessingResponse{immediate(http.StatusBadRequest, "invalid_subset_hint", err.Error())}, true, nil
+		}
 		if r.RequestHeaders.GetEndOfStream() {
 			return x.decide(nil)
 		}
@@ -332,13 +332,15 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 			x.s.servedElsewhere.Inc()
 			x.s.log.Debug("endpoint picker: served by another endpoint", "picked", x.endpoint, "served", served)
 		}
-		set := []*corev3.HeaderValueOption{
-			header(strings.ToLower(gateway.HeaderBackend), x.decision.BackendID),
-			header(strings.ToLower(gateway.HeaderAffinityHit), fmt.Sprint(x.decision.AffinityHit)),
+		cr := &extprocv3.CommonResponse{}
+		if x.decision.BackendID != "" { // no decision (response before any request): set nothing
+			cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+				header(strings.ToLower(gateway.HeaderBackend), x.decision.BackendID),
+				header(strings.ToLower(gateway.HeaderAffinityHit), fmt.Sprint(x.decision.AffinityHit)),
+			}}
 		}
 		return []*extprocv3.ProcessingResponse{{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-			ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
-				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set}}}}}}, false, nil
+			ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}}, false, nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		eos := r.ResponseBody.GetEndOfStream()
 		if eos {
@@ -439,93 +441,4 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 		out = append(out, trailer)
 	}
 	return out, false, nil
-}
-
-// requestHeaders answers the request headers, setting set (if any) and the metadata.
-func requestHeaders(set []*corev3.HeaderValueOption, meta *structpb.Struct) *extprocv3.ProcessingResponse {
-	cr := &extprocv3.CommonResponse{}
-	if len(set) > 0 {
-		cr.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: set}
-		cr.ClearRouteCache = true
-	}
-	return &extprocv3.ProcessingResponse{DynamicMetadata: meta,
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: cr}}}
-}
-
-func header(key, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
-}
-
-// destinationMetadata is {"envoy.lb": {"x-gateway-destination-endpoint": endpoint}}.
-func destinationMetadata(endpoint string) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataKeyDestination: structpb.NewStringValue(endpoint)}})}}
-}
-
-// immediate is an ImmediateResponse with the gateway's OpenAI-style JSON error body.
-func immediate(status int, code, msg string) *extprocv3.ProcessingResponse {
-	typ := "invalid_request_error"
-	if status >= 500 {
-		typ = "server_error"
-	}
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": typ, "code": code}})
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{header("content-type", "application/json")}},
-			Body:    body,
-			Details: "agentserve_epp_" + code,
-		}}}
-}
-
-// toRequest builds the http.Request Decide reads from Envoy's header map (pseudo-headers
-// :method, :path, :authority; values from raw_value or value).
-func toRequest(hm *corev3.HeaderMap) *http.Request {
-	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}
-	for _, h := range hm.GetHeaders() {
-		v := h.GetValue()
-		if len(h.GetRawValue()) > 0 {
-			v = string(h.GetRawValue())
-		}
-		switch h.GetKey() {
-		case ":method":
-			r.Method = v
-		case ":path":
-			if u, err := url.ParseRequestURI(v); err == nil {
-				r.URL = u
-			}
-		case ":authority":
-			r.Host = v
-		default:
-			if !strings.HasPrefix(h.GetKey(), ":") {
-				r.Header.Add(h.GetKey(), v)
-			}
-		}
-	}
-	return r
-}
-
-// servedEndpoint returns envoy.lb/x-gateway-destination-endpoint-served ("" if absent).
-func servedEndpoint(md *corev3.Metadata) string {
-	return md.GetFilterMetadata()[MetadataNamespace].GetFields()[ServedKey].GetStringValue()
-}
-
-// subsetHint returns the set of endpoints of the data plane's subset hint, or nil when
-// the request carries none. A present but empty list gives an empty (non-nil) set.
-func subsetHint(md *corev3.Metadata) map[string]bool {
-	ns, ok := md.GetFilterMetadata()[SubsetNamespace]
-	if !ok {
-		return nil
-	}
-	v, ok := ns.GetFields()[SubsetKey]
-	if !ok {
-		return nil
-	}
-	set := map[string]bool{}
-	for _, e := range v.GetListValue().GetValues() {
-		set[e.GetStringValue()] = true
-	}
-	return set
 }
