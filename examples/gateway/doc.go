@@ -165,7 +165,10 @@
 //
 // [Gateway.Decide] makes the same decision (steps 2-7) without proxying, for
 // integrations that forward requests themselves, such as the Envoy ext_proc endpoint
-// picker in examples/extproc.
+// picker in examples/extproc. [Gateway.ReserveBytes] and [Gateway.AcquireRequest] (with
+// their Release counterparts) let such an integration hold the bodies and requests it
+// serves against limits.max_inflight_bytes and limits.max_inflight_requests, shown in
+// the same gauges.
 //
 // # Health
 //
