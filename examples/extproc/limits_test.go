@@ -37,23 +37,39 @@ func closeAndDrain(t *testing.T, st extprocv3.ExternalProcessor_ProcessClient) {
 func TestInflightBytesBudget(t *testing.T) {
 	e := newEnv(t, backendsYAML+"max_body_bytes: 4096\nlimits: {max_inflight_bytes: 8256, retry_after_seconds: 7}\n")
 	chunk := strings.Repeat("x", 3000)
-	var held []extprocv3.ExternalProcessor_ProcessClient
-	for i := range 2 {
+	type answer struct {
+		i   int
+		r   *extprocv3.ProcessingResponse
+		err error
+	}
+	answers := make(chan answer, 3)
+	var streams []extprocv3.ExternalProcessor_ProcessClient
+	for i := range 3 { // two fit the budget (3000-byte buffers each), whichever comes third does not
 		st, _ := e.open(t)
 		send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", fmt.Sprint("s", i)), reqBody(chunk, false))
-		held = append(held, st)
+		streams = append(streams, st)
+		go func() {
+			r, err := st.Recv()
+			answers <- answer{i, r, err}
+		}()
 	}
-	st, _ := e.open(t)
-	send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "s3"), reqBody(chunk, false))
-	status, code, hs := immediateOf(t, recv(t, st))
+	first := <-answers // only the refused stream answers while the others wait for their body
+	require.NoError(t, first.err)
+	status, code, hs := immediateOf(t, first.r)
 	assert.Equal(t, 503, status)
 	assert.Equal(t, "overloaded", code)
 	assert.Equal(t, "7", setHeader(hs, "retry-after"))
 	_, bytes := e.g.InFlight()
 	assert.Equal(t, int64(6000), bytes, "two bodies, each charged its 3000-byte buffer")
 	assert.True(t, strings.Contains(scrape(t, e.g), "\nagentserve_gateway_inflight_bytes 6000\n"), "the gateway's gauge")
-	for _, st := range held {
-		closeAndDrain(t, st)
+	for i, st := range streams {
+		if i != first.i {
+			require.NoError(t, st.CloseSend())
+		}
+	}
+	for range 2 {
+		a := <-answers
+		assert.ErrorIs(t, a.err, io.EOF, "stream %d ends without an answer", a.i)
 	}
 	assertNothingHeld(t, e)
 }
