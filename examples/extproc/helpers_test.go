@@ -39,6 +39,12 @@ const backendsYAML = `backends:
 
 func newEnv(t *testing.T, yaml string, opts ...gateway.Option) *env {
 	t.Helper()
+	return newEnvWith(t, yaml, nil, opts...)
+}
+
+// newEnvWith is newEnv with options for the picker.
+func newEnvWith(t *testing.T, yaml string, popts []extproc.Option, opts ...gateway.Option) *env {
+	t.Helper()
 	if yaml == "" {
 		yaml = backendsYAML
 	}
@@ -47,7 +53,7 @@ func newEnv(t *testing.T, yaml string, opts ...gateway.Option) *env {
 	g, err := gateway.New(cfg, opts...)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
-	srv, err := extproc.New(g)
+	srv, err := extproc.New(g, popts...)
 	require.NoError(t, err)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -33,6 +33,12 @@ func receive(ctx context.Context, stream extprocv3.ExternalProcessor_ProcessServ
 	}
 }
 
+// realTimer is the default timer of the body read timeout.
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 // seconds converts a configuration's seconds to a Duration.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 

@@ -5,10 +5,13 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/extproc"
 )
 
 // immediateOf returns the status, error code and headers of an ImmediateResponse.
@@ -101,17 +104,51 @@ func TestInflightRequestsLimit(t *testing.T) {
 	assert.NotNil(t, recv(t, c).GetRequestHeaders(), "a slot is free again")
 }
 
-// timeouts.read_body_seconds bounds the wait for the body: 408, and the stream ends.
+// fakeTimer is a body read timeout's timer the test fires.
+type fakeTimer struct {
+	d    chan time.Duration // the durations asked for
+	fire chan time.Time
+}
+
+func newFakeTimer() *fakeTimer {
+	return &fakeTimer{d: make(chan time.Duration, 8), fire: make(chan time.Time)}
+}
+
+func (f *fakeTimer) option() extproc.Option {
+	return extproc.WithTimer(func(d time.Duration) (<-chan time.Time, func() bool) {
+		f.d <- d
+		return f.fire, func() bool { return true }
+	})
+}
+
+// timeouts.read_body_seconds bounds the wait from the stream's start to the decision:
+// 408, and the stream ends; after the decision the timer no longer matters.
 func TestReadBodyTimeout(t *testing.T) {
-	e := newEnv(t, backendsYAML+"timeouts: {read_body_seconds: 0.05}\n")
+	ft := newFakeTimer()
+	e := newEnvWith(t, backendsYAML+"timeouts: {read_body_seconds: 2.5}\n", []extproc.Option{ft.option()})
 	st, _ := e.open(t)
 	send(t, st, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "slow"), reqBody(`{"model":`, false))
+	assert.Equal(t, 2500*time.Millisecond, <-ft.d)
+	ft.fire <- time.Time{}
 	status, code, _ := immediateOf(t, recv(t, st))
 	assert.Equal(t, 408, status)
 	assert.Equal(t, "request_timeout", code)
 	_, err := st.Recv()
 	assert.ErrorIs(t, err, io.EOF)
 	assertNothingHeld(t, e)
+
+	decided, _ := e.open(t)
+	send(t, decided, reqHeaders("POST", chatPath, false, duplex, "x-session-id", "fast"), reqBody(chatBody, true))
+	<-ft.d
+	recv(t, decided)
+	recv(t, decided)
+	select {
+	case ft.fire <- time.Time{}:
+		t.Fatal("the timer is still watched after the decision")
+	default: // nobody receives: the decided stream no longer waits on it
+	}
+	send(t, decided, respHeaders(false))
+	assert.NotNil(t, recv(t, decided).GetResponseHeaders(), "the response passes after the timeout would have fired")
 }
 
 // Request headers over limits.max_header_bytes get 431; a header value with a control

@@ -79,6 +79,7 @@ type Server struct {
 
 	g        *gateway.Gateway
 	log      *slog.Logger
+	timer    func(time.Duration) (<-chan time.Time, func() bool) // the body read timeout's timer
 	maxBody  int64
 	endpoint map[string]string // backend id -> ip:port
 	inflight atomic.Int64
@@ -103,7 +104,7 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // backend's URL host is not an IP address (names are refused, not resolved: a name
 // resolved once at start would go stale), metric registration.
 func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
-	s := &Server{g: g, maxBody: g.Config().MaxBodyBytes, endpoint: map[string]string{}}
+	s := &Server{g: g, maxBody: g.Config().MaxBodyBytes, endpoint: map[string]string{}, timer: realTimer}
 	for _, o := range opts {
 		o(s)
 	}
@@ -189,9 +190,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	msgs := make(chan received)
 	go receive(ctx, stream, msgs)
 	cfg := s.g.Config()
-	timer := time.NewTimer(seconds(cfg.Timeouts.ReadBodySeconds))
-	defer timer.Stop()
-	timeout := timer.C
+	timeout, stopTimer := s.timer(seconds(cfg.Timeouts.ReadBodySeconds))
+	defer stopTimer()
 	for {
 		var m received
 		select {
