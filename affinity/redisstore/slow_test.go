@@ -1,8 +1,6 @@
 package redisstore_test
 
 import (
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,32 +12,7 @@ import (
 // TestRedisSilent: a server that accepts connections and never answers (a hung Redis):
 // the first miss waits for the timeout, then decides locally; no request fails.
 func TestRedisSilent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never answered
-			mu.Unlock()
-		}
-	})
-	defer func() {
-		_ = ln.Close()
-		wg.Wait()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	}()
-	st, err := redisstore.New(redisstore.Config{Address: ln.Addr().String(), TimeoutSeconds: 0.05, DialTimeoutSeconds: 0.2})
+	st, err := redisstore.New(redisstore.Config{Address: silentServer(t), TimeoutSeconds: 0.05, DialTimeoutSeconds: 0.2})
 	require.NoError(t, err)
 	defer st.Close()
 	s, err := affinity.New(affinity.Config{}, st.SchedulerOptions()...)
