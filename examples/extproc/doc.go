@@ -30,8 +30,9 @@
 // and streams the body back in one chunk (with cache_salt set when tenant.cache_salt
 // applies). With BUFFERED bodies it answers the headers at once and puts the same header
 // mutation and metadata on the body answer. A request without a body is decided on its
-// headers. STREAMED, BUFFERED_PARTIAL and GRPC body modes are refused with gRPC
-// Unimplemented ([ErrUnsupportedMode]). When protocol_config is absent (older Envoy),
+// headers. STREAMED, BUFFERED_PARTIAL and GRPC body modes, and NONE for the request body
+// (no body would come, and the decision reads it), are refused with gRPC Unimplemented
+// ([ErrUnsupportedMode]); NONE is fine for the response body. When protocol_config is absent (older Envoy),
 // FULL_DUPLEX_STREAMED is assumed.
 //
 // Response headers get X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit (nothing on

@@ -54,6 +54,12 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 	if !x.first {
 		x.first = true
 		if pc := req.GetProtocolConfig(); pc != nil {
+			if m := pc.GetRequestBodyMode(); m == filterv3.ProcessingMode_NONE {
+				// No request body would ever come: the decision reads it (model, tier, cost,
+				// cache_salt), so a request with a body would wait for it until the body
+				// read timeout. Refused like the other modes it cannot serve.
+				return nil, true, fmt.Errorf("%w: request body mode NONE (the picker reads the request body; want FULL_DUPLEX_STREAMED or BUFFERED)", ErrUnsupportedMode)
+			}
 			if x.reqDuplex, err = duplex(pc.GetRequestBodyMode()); err != nil {
 				return nil, true, err
 			}

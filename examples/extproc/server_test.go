@@ -242,12 +242,37 @@ func TestClientCancel(t *testing.T) {
 }
 
 func TestUnsupportedBodyMode(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		req, resp filterv3.ProcessingMode_BodySendMode
+		want      string
+	}{
+		{"streamed", filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_STREAMED, "STREAMED"},
+		{"request none", filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, "request body mode NONE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			st, _ := e.open(t)
+			m := reqHeaders("POST", chatPath, false, tc.req, "x-session-id", "s1")
+			m.ProtocolConfig.ResponseBodyMode = tc.resp
+			send(t, st, m)
+			_, err := st.Recv()
+			assert.Equal(t, codes.Unimplemented, status.Code(err))
+			assert.Contains(t, status.Convert(err).Message(), tc.want)
+		})
+	}
+}
+
+// NONE for the response body is served: the request is decided as usual.
+func TestResponseBodyModeNone(t *testing.T) {
 	e := newEnv(t, "")
 	st, _ := e.open(t)
-	send(t, st, reqHeaders("POST", chatPath, false, filterv3.ProcessingMode_STREAMED, "x-session-id", "s1"))
-	_, err := st.Recv()
-	assert.Equal(t, codes.Unimplemented, status.Code(err))
-	assert.Contains(t, status.Convert(err).Message(), "STREAMED")
+	m := reqHeaders("GET", "/v1/models", true, filterv3.ProcessingMode_BUFFERED, "x-session-id", "s1")
+	m.ProtocolConfig.ResponseBodyMode = filterv3.ProcessingMode_NONE
+	send(t, st, m)
+	resp, err := st.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, resp.GetRequestHeaders(), "the headers are answered")
 }
 
 // Routing is the gateway's: parent sessions, tenant scope and cache_salt apply.
