@@ -13,7 +13,8 @@ import (
 // ErrRejected is returned (wrapped, with ErrInvalidConfig) by [Store.Ping] when Redis
 // answers but refuses the connection settings: a wrong username or password
 // (WRONGPASS, NOAUTH, NOPERM, an AUTH without a server password) or a database number
-// the server does not have. Unlike an unreachable server, this does not heal: it is a
+// the server does not have. Ping checks the handshake and PING only: a user denied the
+// store's other commands (EVALSHA, SUBSCRIBE) passes it, and those calls fail later. Unlike an unreachable server, this does not heal: it is a
 // configuration error. The message names the store keys to check.
 var ErrRejected = errors.New("redisstore: Redis rejected the connection settings")
 
