@@ -183,21 +183,5 @@ func (s *Scheduler) parentBackend(tier string, cands []Backend, parent string) (
 // lock with the backend ID (so the two agree): what the parent hint needs of the parent's
 // binding. The copy's key and list links are not to be used. Cost: Get's.
 func (t *Table) binding(sessionID, tier string) (string, entry, bool) {
-	if t.checkKey(sessionID, tier) != nil {
-		return "", entry{}, false
-	}
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	now := t.clock.now()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
-	if i == 0 {
-		return "", entry{}, false
-	}
-	e := sh.at(i)
-	if now-e.lastUse >= t.ttls[e.class] {
-		return "", entry{}, false
-	}
-	return sh.idOf(e.slot), *e, true
+	return t.get(sessionID, tier, false)
 }

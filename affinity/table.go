@@ -188,18 +188,23 @@ func (t *Table) keyError(sessionID, tier string) error {
 // place. Invalid arguments give ok=false. Cost: one xxh3 hash of sessionID, one clock
 // read, one shard lock, one index probe; 0 allocs.
 func (t *Table) Get(sessionID, tier string) (backendID string, ok bool) {
-	return t.get(sessionID, tier, false)
+	id, _, ok := t.get(sessionID, tier, false)
+	return id, ok
 }
 
 // Touch is Get that also extends a valid binding's TTL (lastUse = now): what a hit does.
 // Same cost as [Table.Get].
 func (t *Table) Touch(sessionID, tier string) (backendID string, ok bool) {
-	return t.get(sessionID, tier, true)
+	id, _, ok := t.get(sessionID, tier, true)
+	return id, ok
 }
 
-func (t *Table) get(sessionID, tier string, touch bool) (string, bool) {
+// get returns the backend of the valid binding of (sessionID, tier) and a copy of its
+// entry (as read, before a touch), sliding its TTL when touch is set, all under the
+// shard's lock.
+func (t *Table) get(sessionID, tier string, touch bool) (string, entry, bool) {
 	if t.checkKey(sessionID, tier) != nil {
-		return "", false
+		return "", entry{}, false
 	}
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
@@ -208,16 +213,17 @@ func (t *Table) get(sessionID, tier string, touch bool) (string, bool) {
 	defer sh.mu.Unlock()
 	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i == 0 {
-		return "", false
+		return "", entry{}, false
 	}
 	e := sh.at(i)
 	if now-e.lastUse >= t.ttls[e.class] {
-		return "", false
+		return "", entry{}, false
 	}
+	cp := *e
 	if touch {
 		sh.touch(i, e, now)
 	}
-	return sh.idOf(e.slot), true
+	return sh.idOf(e.slot), cp, true
 }
 
 // Bind binds (sessionID, tier) to backendID with lastUse = now, replacing any binding of
