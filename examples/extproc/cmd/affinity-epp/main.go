@@ -8,7 +8,9 @@
 // tenant, health, affinity, metrics, max_body_bytes, limits.max_inflight_bytes,
 // limits.max_inflight_requests, limits.max_header_bytes, timeouts.read_body_seconds;
 // the package documentation lists what is ignored), serves ext_proc and gRPC health on -grpc and
-// /metrics and /healthz on -metrics, and runs the health prober. Ctrl-C stops it.
+// /metrics and /healthz on -metrics, and runs the health prober. With a store: block,
+// go-redis's own messages (a line per failed dial) go into the same log at DEBUG (-v)
+// instead of raw onto stderr. Ctrl-C stops it.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,8 +27,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/agentserve/sessionaffinity/affinity/redisstore"
 	"github.com/agentserve/sessionaffinity/examples/extproc"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
@@ -33,16 +38,18 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], nil); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "affinity-epp:", err)
 		os.Exit(1)
 	}
 }
 
-// run serves until ctx is done or a server fails. ready, if not nil, is called with the
-// bound addresses once both listeners are open.
-func run(ctx context.Context, args []string, ready func(grpcAddr, metricsAddr string)) error {
+// run serves until ctx is done or a server fails. It writes the log (and flag errors) to
+// stderr. ready, if not nil, is called with the bound addresses once both listeners are
+// open.
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(grpcAddr, metricsAddr string)) error {
 	fs := flag.NewFlagSet("affinity-epp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	config := fs.String("config", "../configs/gateway.yaml", "gateway YAML (backends, headers, tiers, health, affinity)")
 	grpcAddr := fs.String("grpc", "127.0.0.1:9002", "ext_proc + gRPC health listen address")
 	metricsAddr := fs.String("metrics", "127.0.0.1:9090", "HTTP listen address of /metrics and /healthz")
@@ -54,11 +61,18 @@ func run(ctx context.Context, args []string, ready func(grpcAddr, metricsAddr st
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	cfg, err := gateway.LoadConfig(*config)
 	if err != nil {
 		return err
+	}
+	if cfg.Store != nil {
+		// go-redis has one process-wide logger (stderr by default, a line per failed
+		// dial): route it into this logger at DEBUG, as affinity-gateway does. The store
+		// logs the outage and the recovery itself, once each (WARN, INFO). run is main's
+		// body: set once per process.
+		redis.SetLogger(redisstore.PrintfLogger{Logger: log, Level: slog.LevelDebug})
 	}
 	g, err := gateway.New(cfg, gateway.WithLogger(log))
 	if err != nil {

@@ -28,7 +28,7 @@ func TestRun(t *testing.T) {
 	addrs := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-config", cfg, "-grpc", "127.0.0.1:0", "-metrics", "127.0.0.1:0"},
+		done <- run(ctx, []string{"-config", cfg, "-grpc", "127.0.0.1:0", "-metrics", "127.0.0.1:0"}, io.Discard,
 			func(g, m string) { addrs <- [2]string{g, m} })
 	}()
 	a := <-addrs
@@ -52,6 +52,6 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunBadConfig(t *testing.T) {
-	err := run(context.Background(), []string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, nil)
+	err := run(context.Background(), []string{"-config", filepath.Join(t.TempDir(), "missing.yaml")}, io.Discard, nil)
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
