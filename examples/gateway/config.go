@@ -141,7 +141,8 @@ type Config struct {
 	// Authorization with Tenant.APIKey, is [ErrHeaderConflict] (its values would be taken
 	// for tier names: 400 unknown_tier). The 400 unknown_tier message quotes the value
 	// (up to 64 bytes) except when the tier header is Authorization or the tenant header:
-	// a credential or tenant identity is never echoed.
+	// a credential or tenant identity is never echoed. The value "default" names the
+	// default tier "" unless a tier named "default" is configured (then that tier).
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is
 	// absent. An empty model name or tier is [ErrTierName] (decision: a "" key would send

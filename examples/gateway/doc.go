@@ -65,7 +65,8 @@
 //     session, parent or tenant header is [ErrHeaderConflict]; it must name a tier the config knows:
 //     a backend tier, a model_tiers value or an affinity.tiers key; otherwise JSON 400
 //     unknown_tier, whatever the value's length), else model_tiers[model], else "" (the
-//     default tier). A configured tier name over 255 bytes (affinity.MaxTierBytes) is
+//     default tier). The value "default" (exactly; the metrics' label of "") names the
+//     default tier, over model_tiers, unless the config has a tier of that name. A configured tier name over 255 bytes (affinity.MaxTierBytes) is
 //     refused when the configuration loads (ErrTierName), so tier_too_long, the
 //     mapping of affinity.ErrTierTooLong, is not reached with a valid configuration.
 //  5. The candidates are the backends of that tier; a tier without dedicated backends

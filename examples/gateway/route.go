@@ -15,6 +15,7 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
+	"github.com/agentserve/sessionaffinity/metrics"
 )
 
 // ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else.
@@ -264,6 +265,11 @@ func (rt *routing) tier(r *http.Request, model string) (string, error) {
 	if v := headerValue(r.Header, rt.tierKey); v != "" {
 		v = strings.TrimSpace(v)
 		if !rt.knownTiers[v] {
+			if v == metrics.DefaultTierLabel {
+				// "default", the metric label of the empty tier, names the default tier
+				// unless the config has a tier of that name (checked above, it wins).
+				return "", nil
+			}
 			if h := http.CanonicalHeaderKey(rt.cfg.TierHeader); h == "Authorization" ||
 				rt.cfg.Tenant.Header != "" && h == http.CanonicalHeaderKey(rt.cfg.Tenant.Header) {
 				// A credential or a tenant identity: never echoed in an error body.
