@@ -214,7 +214,8 @@
 //     and, when the shared binding is broken in this replica's view, a second (Rebind, a
 //     compare-and-set). Concurrent first turns on several replicas make one miss in
 //     total; a rebind is seen by the other replicas through Store.Watch. Forget also
-//     deletes the shared binding. A store error or timeout (default 50 ms) never fails a
+//     deletes the shared binding; ForgetIf does when its local binding matched, with the
+//     store's compare-and-delete ([StoreForgetIf]) if it has one. A store error or timeout (default 50 ms) never fails a
 //     call: it is decided locally, counted ([Scheduler.StoreErrors],
 //     metrics.StoreRecorder), and the store is skipped for the retry interval. Without a
 //     store nothing of this runs.
@@ -255,7 +256,7 @@
 //   - Per-tier TTLs (Config.Tiers) are supported; a tier with TTL 0 stores nothing.
 //   - The cap is split evenly over the shards (the shard caps sum to MaxBindings) and
 //     LRU order is exact within a shard, approximate across shards.
-//   - [Scheduler.Forget] and Table.Delete count nothing; Recorder.Evicted is called for
+//   - [Scheduler.Forget], [Scheduler.ForgetIf] and Table.Delete count nothing; Recorder.Evicted is called for
 //     cap evictions only, not for expiry.
 //   - Logging (WithLogger, log/slog): Debug for each broken binding SelectBackend rebinds
 //     (tier, reason, old and new backend ID; never the session ID), Info for each
@@ -367,7 +368,7 @@
 //     awareness on hashes the session ID and takes one shard lock.
 //   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
 //     its own bindings to the backend are removed.
-//   - Lookup, Forget: O(1); Len, Stats: O(shards); Sweep: see above.
+//   - Lookup, Forget, ForgetIf: O(1); Len, Stats: O(shards); Sweep: see above.
 //   - Snapshot: O(bindings), one copy of them in memory; Restore: O(n log n) in the
 //     snapshot's records, which it holds in memory while it verifies the whole input.
 //   - Memory: about 120 heap bytes per binding with 36-byte session IDs, key included

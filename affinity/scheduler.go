@@ -370,6 +370,22 @@ func (s *Scheduler) Forget(sessionID, tier string) bool {
 	return ok
 }
 
+// ForgetIf is a compare-and-forget: it deletes the valid binding of (sessionID, tier)
+// only if it names backendID, and reports whether it did; a binding a concurrent request
+// moved to another backend is kept. Invalid arguments (empty backendID included) and an
+// expired binding give false. Counts nothing. O(1), 0 allocs. With a shared store, when
+// the local binding matched, one bounded store call deletes the shared one: ForgetIf of
+// a [StoreForgetIf] (only if it still names backendID), else Store.Forget.
+func (s *Scheduler) ForgetIf(sessionID, tier, backendID string) bool {
+	if !s.t.deleteIf(sessionID, tier, backendID) {
+		return false
+	}
+	if s.store != nil {
+		s.forgetIf(hrw.KeyHash(sessionID), tier, backendID)
+	}
+	return true
+}
+
 // Lookup returns the backend ID of the valid (unexpired) binding of (sessionID, tier). It
 // never extends the TTL, checks neither health nor candidates, counts nothing, and leaves
 // an expired binding in place; invalid arguments give ok=false. O(1), 0 allocs.

@@ -73,6 +73,15 @@ type Store interface {
 	Watch(fn func(key StoreKey, backendID string))
 }
 
+// StoreForgetIf is an optional extension of [Store]: a compare-and-delete, used by
+// [Scheduler.ForgetIf]. A Store without it is asked to Forget instead (unconditionally).
+type StoreForgetIf interface {
+	// ForgetIf deletes the binding of key only if it is bound to backendID, then tells
+	// every replica's Watch function (with backendID ""), and reports whether it deleted;
+	// otherwise it changes nothing and tells no one. It must be atomic.
+	ForgetIf(ctx context.Context, key StoreKey, backendID string) (forgotten bool, err error)
+}
+
 type storeOptions struct {
 	st         Store
 	timeout    time.Duration
@@ -225,6 +234,27 @@ func (s *Scheduler) forget(kh uint64, tier string) {
 	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
 	defer cancel()
 	if ss.st.Forget(ctx, StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}) != nil {
+		ss.fail(metrics.StoreOpForget, now)
+	}
+}
+
+// forgetIf tells the store that the binding of (kh, tier) to backendID ended: a
+// compare-and-delete if the store has one (StoreForgetIf), Forget otherwise. Counted as
+// StoreOpForget on error.
+func (s *Scheduler) forgetIf(kh uint64, tier, backendID string) {
+	ss := s.store
+	fi, ok := ss.st.(StoreForgetIf)
+	if !ok {
+		s.forget(kh, tier)
+		return
+	}
+	now := s.t.clock.now()
+	if ss.skipUntil.Load() > now {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
+	defer cancel()
+	if _, err := fi.ForgetIf(ctx, StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}, backendID); err != nil {
 		ss.fail(metrics.StoreOpForget, now)
 	}
 }

@@ -276,6 +276,30 @@ func (t *Table) Delete(sessionID, tier string) bool {
 	return i != 0
 }
 
+// deleteIf removes the valid (unexpired) binding of (sessionID, tier) if it names
+// backendID, under the shard's lock, and reports whether it did. Invalid arguments (an
+// empty backendID included) give false.
+func (t *Table) deleteIf(sessionID, tier, backendID string) bool {
+	if backendID == "" || t.checkKey(sessionID, tier) != nil {
+		return false
+	}
+	kh := hrw.KeyHash(sessionID)
+	sh := t.shardFor(kh)
+	now := t.clock.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
+	if i == 0 {
+		return false
+	}
+	e := sh.at(i)
+	if now-e.lastUse >= t.ttls[e.class] || sh.idOf(e.slot) != backendID {
+		return false
+	}
+	sh.removeHashed(i, uint32(kh))
+	return true
+}
+
 // DeleteBackend removes every binding to backendID and returns how many were still
 // valid (expired ones are removed too and counted as expired). Counts no broken bindings
 // (Scheduler.OnBackendDown does). Cost: O(bindings to backendID + shards); each shard is

@@ -28,6 +28,9 @@
 //     missing from its candidates is moved to this replica's HRW winner only if no other
 //     replica moved it first; otherwise the other replica's choice is adopted. Two
 //     replicas never bind one session to two backends.
+//   - Scheduler.ForgetIf is a compare-and-delete ([Store.ForgetIf], a script: GET,
+//     compare with the backend, DEL, PUBLISH): it never deletes a binding that another
+//     replica moved meanwhile.
 //   - Dropping a backend never scans Redis: OnBackendDown drops the local bindings
 //     (counted broken{down} as without a store) and leaves Redis alone; a shared binding
 //     to a backend that is Down in a replica's view is rebound lazily, by compare-and-set,

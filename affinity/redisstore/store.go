@@ -21,8 +21,11 @@ import (
 // ErrClosed is returned by calls on a closed Store.
 var ErrClosed = errors.New("redisstore: store closed")
 
-// Compile-time check.
-var _ affinity.Store = (*Store)(nil)
+// Compile-time checks.
+var (
+	_ affinity.Store         = (*Store)(nil)
+	_ affinity.StoreForgetIf = (*Store)(nil)
+)
 
 // Lua scripts: each one is atomic on the server and costs one round trip (EVALSHA).
 var (
@@ -48,6 +51,14 @@ return {1, ARGV[2]}`)
 	forgetScript = redis.NewScript(`
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1`)
+	// forgetIf: compare-and-delete (absent or another backend: nothing), then publish.
+	forgetIfScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1`)
 )
 
@@ -257,6 +268,17 @@ func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
 	err := forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
 	s.observe(metrics.StoreOpForget, err)
 	return err
+}
+
+// ForgetIf implements [affinity.StoreForgetIf]: one EVALSHA (GET, compare with
+// backendID, then DEL and PUBLISH only if equal). Counted as the forget op.
+func (s *Store) ForgetIf(ctx context.Context, key affinity.StoreKey, backendID string) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	n, err := forgetIfScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, s.channel, message(key, "")).Int()
+	s.observe(metrics.StoreOpForget, err)
+	return n == 1, err
 }
 
 // Errors returns how many background calls failed (refreshes, subscription), and how

@@ -98,8 +98,9 @@
 //     and kept whatever its response status (a 503 included) except one: when the
 //     placement stored a new binding (outcome miss, rebind or spill) and the backend answered
 //     404 or 405, the path does not exist there and the gateway removes that binding
-//     again if it still names that backend (Lookup, then Forget: a concurrent turn of
-//     the same session rebinding in between loses its binding; counts nothing).
+//     again if it still names that backend (Scheduler.ForgetIf, a compare-and-forget: a
+//     concurrent turn of the same session that rebound it keeps its binding; counts
+//     nothing).
 //     Decision: otherwise a loop of POST /nope/completions with fresh session IDs would
 //     flush the table like the GET loop above. A valid small generation call still binds:
 //     max_bindings is shared by every client and tenant (no per-tenant quota).

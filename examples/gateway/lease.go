@@ -81,10 +81,9 @@ func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 // answered status 404 or 405: the path does not exist there, nothing was generated, and
 // keeping the binding would let a loop of POST /nope/completions with fresh session IDs
 // evict every other session's binding (max_bindings is shared by all clients). Only a
-// binding that still names b is removed (Lookup, then Forget: a concurrent request of
-// the same session may rebind between the two, and that new binding is then removed —
-// a race the Scheduler has no compare-and-delete for; its next turn is a miss). Counts
-// nothing.
+// binding that still names b is removed (Scheduler.ForgetIf, a compare-and-forget: a
+// concurrent request of the same session that rebound it elsewhere keeps its binding).
+// Counts nothing.
 func (st *route) forgetNewBinding(b *backend, status int) {
 	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed || st.session == "" {
 		return
@@ -96,9 +95,7 @@ func (st *route) forgetNewBinding(b *backend, status int) {
 	if !created {
 		return
 	}
-	if id, ok := st.rt.sched.Lookup(st.session, st.tier); ok && id == b.id {
-		st.rt.sched.Forget(st.session, st.tier)
-	}
+	st.rt.sched.ForgetIf(st.session, st.tier, b.id)
 }
 
 // leaseBackend leases b for a request the gateway routes itself — a request without a
