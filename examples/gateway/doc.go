@@ -370,55 +370,12 @@
 // # Backend client
 //
 // `backend_client: direct` (the default) sends requests to http:// backends through the
-// gateway's own HTTP/1.1 keep-alive pool instead of net/http.Transport: the handler's
-// goroutine writes the request (http.Request.Write, one system call) and parses the
-// response (http.ReadResponse), where net/http.Transport hands each request and response
-// between the caller and two goroutines per connection. Wire format and header handling
-// stay net/http's. The pool reuses the most recently used idle connection (LIFO), closes
-// connections idle for backend_idle_conn_seconds, keeps at most 256 idle per backend,
-// and checks an idle connection with a non-blocking peek before reusing it, so one the
-// backend closed (restart, keep-alive expiry) is dropped before a non-replayable POST is
-// written to it. Decisions where net/http would differ: no HTTP/2 and no proxy from the
-// environment on this path (https:// backends and Upgrade requests go through a
-// net/http.Transport). Kept the same as net/http: response headers are
-// capped at 10 MiB (its MaxResponseHeaderBytes default; more is a 502); 1xx responses
-// (103 Early Hints) are forwarded to the client through ReverseProxy's Got1xxResponse
-// hook, at most 100 per request (net/http sets no count; more is a 502; a client's
-// Expect: 100-continue is answered by the gateway alone, once, when it reads the body,
-// and Expect is not forwarded; a 100 Continue the backend sends anyway is dropped, and an
-// HTTP/1.0 client is sent no 1xx at all, RFC 9110 §15.2); a response the
-// backend sent before reading the whole request body (401, 413) is forwarded even though
-// writing the body failed (waiting at most 50 ms for it; net/http.Transport forwards it
-// only when its read goroutine wins the race with the failed write, about half the time
-// against a backend that resets at once), and that connection is closed. A
-// response body closed before its end closes the connection (a stream is not drained). Measured in
-// docs/peers.md ("Compared with HAProxy and nginx"). `backend_client: nethttp` restores
-// net/http.Transport.
-//
-// Decision on the timeouts' timers: each attempt has one runtime timer for both
-// response_header_seconds and stream_idle_seconds, armed once at the smaller of the two
-// and never moved earlier; when it fires it checks the bound of the current phase and
-// re-arms for the time left. A bound is exceeded exactly when it was before (a body Read
-// is timed from its start, so a slow client is never blamed on the backend); the
-// difference is that an attempt adds one timer and stops it, where resetting a timer
-// around every body Read could wake an idle thread to watch each new earliest timer. The
-// peek on reuse is kept: it is one system call, and skipping it for recently used
-// connections would risk writing a non-replayable POST to a connection the backend just
-// closed.
-//
-// Protocol upgrades (tunnel.go): a request with an Upgrade header (WebSocket, or any
-// protocol the backend accepts) goes through the net/http.Transport fallback under both
-// backend clients, and a 101 Switching Protocols answer is tunnelled: the client gets the
-// 101 with the gateway's response headers and the two connections are joined by
-// httputil.ReverseProxy. The 101 counts as a success for outlier detection when it
-// arrives; the lease (and the max_inflight_requests slot) is held until the tunnel
-// closes, and its code_class is 1xx. Decision: no stream_idle_seconds bound on a tunnel
-// (and no progress recorded for it): a WebSocket may idle legitimately for as long as
-// its ends keep it open, and its bytes are not HTTP responses. A tunnel ends when either
-// end closes it, or when [Gateway.Serve]'s drain is over (http.Server.Shutdown does not
-// track hijacked connections; embedders serving the gateway themselves close tunnels by
-// cancelling their requests' base context). Over HTTP/2 from the client there is no
-// hijack, and an upgrade gets 502.
+// gateway's own HTTP/1.1 keep-alive pool, parsed on the handler's goroutine (no
+// per-connection goroutines); https:// backends and Upgrade requests go through a
+// net/http.Transport, and `backend_client: nethttp` restores it for all. A 101 Switching
+// Protocols answer is tunnelled (tunnel.go). The pool's rules, the decisions where it
+// differs from net/http, the timeouts' timers and the upgrade tunnel are described in
+// docs/gateway-backend-client.md (in the repository).
 //
 // # Concurrency and lifetime
 //
