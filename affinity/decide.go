@@ -195,8 +195,16 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 			// Compute the placement outside the lock, then decide again: nothing is
 			// changed before we know the call succeeds.
 			sh.mu.Unlock()
+			// placeNew, written out: a placement is too large for registers, and returning
+			// one through another call costs a copy through the stack.
 			var err error
-			if pl, err = s.placeNew(kh, cands, aware, units); err != nil {
+			if aware {
+				pl, err = s.walk(kh, cands, units, -1)
+			} else {
+				pl = placement{}
+				pl.w, pl.st, err = s.pick(kh, cands)
+			}
+			if err != nil {
 				return -1, 0, grant{}, err
 			}
 			if s.store != nil {

@@ -68,11 +68,16 @@ func (w *walkScratch) size(n int) {
 // records from one array, others look each up and check duplicate IDs. 0 allocs up to 64
 // candidates (a pooled scratch beyond), except when candcache.go stores a new list. The
 // common cases over a remembered list — the HRW winner is under the bound, or a hit's
-// backend is — take walkFast, which keeps only the candidates' loads.
+// backend is — take placeFast or stayFast (walkfast.go), which keep only the candidates'
+// loads (and rank keys).
 func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (placement, error) {
 	if es := s.ld.cands.list(cands); es != nil {
-		if pl, ok := s.walkFast(kh, cands, es, units, bound); ok {
-			return pl, nil
+		if bound < 0 {
+			if w, load, ok := s.placeFast(kh, cands, es, units); ok {
+				return placement{w: w, st: health.Healthy, bl: es[w].bl, load: load}, nil
+			}
+		} else if load, ok := s.stayFast(cands, es, units, bound); ok {
+			return placement{w: -1, boundLoad: load}, nil
 		}
 	}
 	return s.walkFull(kh, cands, units, bound)

@@ -2,81 +2,148 @@ package affinity
 
 import (
 	"github.com/agentserve/sessionaffinity/health"
-	"github.com/agentserve/sessionaffinity/hrw"
 )
 
-// walkFast answers the walk's two common outcomes over a remembered candidate list es
-// (candcache.go), up to walkInline candidates, keeping only each candidate's load:
+// placeFast and stayFast answer the walk's two common outcomes over a remembered
+// candidate list es (candcache.go), up to walkInline candidates, keeping only each
+// candidate's load (and, placing, its rank key):
 //
 //   - placing (bound < 0): when some candidate is Healthy, the candidates have one weight
 //     and some Healthy one is under the bound, the best-ranked of those (largest m,
-//     unique) — the first of the ranking under the bound (placeFast);
+//     unique) — the first of the ranking under the bound (placeFast: its index w, a
+//     Healthy backend, and its load);
 //   - a hit on a Healthy candidates[bound] whose backend is under the bound: it stays
-//     (w = -1, boundOver false; stayFast).
+//     (stayFast: its load; the placement w = -1, boundOver false).
 //
-// Anything else — a candidate that differs from es, weights that differ, a tie of m, no
-// Healthy candidate, none under the bound, the hit's backend over it — reports ok = false
-// and walkFull decides by the same rules over its full scratch; where walkFast answers,
-// walkFull answers the same for the same load view. Cost per candidate: its remembered
-// entry, its load view and (placing, under the bound) its rank key, in loops that call nothing in the
-// common case (no drain model, every backend Healthy); 0 allocs.
-func (s *Scheduler) walkFast(kh uint64, cands []Backend, es []candEntry, units int64, bound int) (placement, bool) {
-	if bound < 0 {
-		return s.placeFast(kh, cands, es, units)
-	}
-	return s.stayFast(cands, es, units, bound)
-}
-
-func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units int64) (placement, bool) {
+// Anything else — a candidate that differs from es, weights that differ, a tie of the
+// rank keys, no Healthy candidate, none under the bound, the hit's backend over it —
+// reports ok = false and walkFull decides by the same rules over its full scratch; where
+// these answer, walkFull answers the same for the same load view. They return scalars,
+// not a placement, so that no struct is copied through the stack on the way back. Cost
+// per candidate: its remembered entry, its load view and (placing) its rank key, in loops
+// that call nothing in the common case (no drain model, every backend Healthy); placing
+// takes one pass when the HRW winner is under the bound, else a second over the loads and
+// keys kept on the stack; 0 allocs.
+func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units int64) (w int, load int64, ok bool) {
 	if len(cands) > walkInline {
-		return placement{}, false
+		return -1, 0, false
 	}
-	// First pass: which candidates count and their loads (loads[i] < 0: not eligible);
-	// second pass, free of calls: the rank keys of those under the bound.
-	var loads [walkInline]int64
-	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], true)
+	// One pass over the candidates: which count, their loads and their rank keys (the top
+	// 31 bits of splitmix64's mid value, as pickEqual ranks: see pickequal.go); then one
+	// over those two arrays, free of calls and memory beyond them.
+	var la [walkInline]int64
+	var ta [walkInline]uint64
+	loads, tops := la[:len(cands)], ta[:len(cands)]
+	var n, bi int
+	var total int64
+	tie := true
+	if s.ld.p.drainRate == 0 && s.health.AllHealthy() { // the common case
+		n, total, bi, tie, ok = placeLoads(cands, es, loads, tops, premix(kh), &s.ld.p, newMixer())
+	} else {
+		n, total, ok = s.fastLoads(cands, es, loads, tops, premix(kh))
+	}
 	if !ok || n == 0 {
-		return placement{}, false
+		return -1, 0, false
 	}
 	// The first backend of the ranking under the bound is the best-ranked one among
-	// those under it (equal weights: the largest m); only they need a rank key.
+	// those under it (equal weights: the largest m). Its top 31 bits rank it unless
+	// another under the bound shares them (tv == bt; m may still differ): walkFull
+	// decides those, about n·2^-31 of the keys. A loop of conditional moves: whether a
+	// candidate is under the bound is as unpredictable as its load. A candidate's load
+	// plus units is an integer below 2^53, so it is <= limit exactly when it is <=
+	// floor(limit) (lim, clamped where every load is under it).
 	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	best, tie := -1, false
-	var bestM uint64
+	lim := int64(1 << 62)
+	if limit < 1<<62 {
+		lim = int64(limit)
+	}
+	if load := loads[bi]; !tie && (load == 0 || load+units <= lim) {
+		// The HRW winner is under the bound (the common case): it is the answer.
+		return bi, load, true
+	}
+	tops = tops[:len(loads)]
+	bi = 0
+	bt, tv := uint64(0), uint64(1)
+	for i, load := range loads {
+		t := tops[i] // 0: not counted
+		if load != 0 && load+units > lim {
+			t = 0 // over the bound
+		}
+		if t == bt {
+			tv = t
+		}
+		if t > bt {
+			bi = i
+		}
+		bt = max(bt, t)
+	}
+	if bt == 0 || tv == bt { // none under the bound (the least loaded then), or a tie
+		return -1, 0, false
+	}
+	return bi, loads[bi], true
+}
+
+// placeLoads is fastLoads for placing in its common case (no drain model, every backend
+// Healthy), in a loop of its own that keeps its state in registers: per candidate the
+// remembered entry's check, the load record's two words, two multiplies and three
+// conditional moves. It also returns the best-ranked counted candidate bi (the largest
+// rank key) and whether its rank key is shared (tie: walkFull decides).
+func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, kp uint64, q *loadParams, c mixer) (n int, total int64, bi int, tie, ok bool) {
+	es, loads, tops = es[:len(cands)], loads[:len(cands)], tops[:len(cands)]
+	w0 := cands[0].wbits
+	bt, tv := uint64(0), uint64(1)
 	for i := range cands {
-		load := loads[i]
-		if load < 0 || (load != 0 && float64(load+units) > limit) {
-			continue // not eligible, or over the bound
+		b, e := &cands[i], &es[i]
+		if !e.matches(&b.node) || b.wbits != w0 {
+			return 0, 0, 0, false, false
 		}
-		if m := hrw.Mix(kh, cands[i].node.Hash()) >> 11; best < 0 || m > bestM {
-			best, bestM, tie = i, m, false
-		} else if m == bestM {
-			tie = true
+		load, t := int64(-1), uint64(0)
+		if bl := e.bl; bl != nil { // not a later copy of an ID
+			_, l := bl.counts()
+			load = bl.withReported(q, l)
+			t = c.mid(kp^b.pre)&c.hi | 1
+			n++
+			total += load
 		}
+		loads[i], tops[i] = load, t
+		if t == bt {
+			tv = t
+		}
+		if t > bt {
+			bi = i
+		}
+		bt = max(bt, t)
 	}
-	if best < 0 || tie { // none under the bound (the least loaded then), or a tie
-		return placement{}, false
-	}
-	return placement{w: best, st: health.Healthy, bl: es[best].bl, load: loads[best]}, true
+	return n, total, bi, tv == bt, true
 }
 
 // fastLoads sets loads[i] to candidate i's load view when it is Healthy and not a later
 // copy of an ID, else to -1, and returns how many are Healthy and their summed load; ok
-// is false when a candidate differs from es or, with oneWeight, the weights differ. Without the drain
-// model and with every backend Healthy (the common case) its loop calls nothing, so it
-// keeps its state in registers.
-func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, oneWeight bool) (n int, total int64, ok bool) {
+// is false when a candidate differs from es. With tops (placing), the candidates must
+// have one weight (else ok is false) and tops[i] is set to the rank key of each counted
+// candidate: the top 31 bits of the mid value of splitmix64 for kp = premix(key hash)
+// (pickequal.go). Without the drain model and with every backend Healthy (the common
+// case) its loop calls nothing, so it keeps its state in registers.
+func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, kp uint64) (n int, total int64, ok bool) {
 	q := &s.ld.p
-	w0 := cands[0].node.Weight()
-	es = es[:len(cands)]
+	place := tops != nil
+	w0 := cands[0].wbits
+	es, loads = es[:len(cands)], loads[:len(cands)]
+	if place {
+		tops = tops[:len(cands)]
+	}
+	c := newMixer()
 	if q.drainRate == 0 && s.health.AllHealthy() {
 		for i := range cands {
-			c := &cands[i].node
+			b := &cands[i]
 			e := &es[i]
-			if !e.matches(c) || (oneWeight && c.Weight() != w0) {
+			if !e.matches(&b.node) || (place && b.wbits != w0) {
 				return 0, 0, false
 			}
 			loads[i] = -1
+			if place {
+				tops[i] = 0
+			}
 			if e.bl == nil { // a later copy of an ID
 				continue
 			}
@@ -85,42 +152,51 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, on
 			loads[i] = load
 			n++
 			total += load
+			if place {
+				tops[i] = c.mid(kp^b.pre)&c.hi | 1 // never 0
+			}
 		}
 		return n, total, true
 	}
 	now := s.drainNow()
 	allHealthy := s.health.AllHealthy()
 	for i := range cands {
-		c := &cands[i].node
+		b := &cands[i]
 		e := &es[i]
-		if !e.matches(c) || (oneWeight && c.Weight() != w0) {
+		if !e.matches(&b.node) || (place && b.wbits != w0) {
 			return 0, 0, false
 		}
 		loads[i] = -1
-		if e.bl == nil || (!allHealthy && s.health.State(c.ID()) != health.Healthy) {
+		if place {
+			tops[i] = 0
+		}
+		if e.bl == nil || (!allHealthy && s.health.State(b.node.ID()) != health.Healthy) {
 			continue // a later copy of an ID; Draining and Down do not count while one is Healthy
 		}
 		load := e.bl.view(q, now)
 		loads[i] = load
 		n++
 		total += load
+		if place {
+			tops[i] = c.mid(kp^b.pre)&c.hi | 1 // never 0
+		}
 	}
 	return n, total, true
 }
 
-func (s *Scheduler) stayFast(cands []Backend, es []candEntry, units int64, bound int) (placement, bool) {
+func (s *Scheduler) stayFast(cands []Backend, es []candEntry, units int64, bound int) (load int64, ok bool) {
 	if len(cands) > walkInline {
-		return placement{}, false
+		return 0, false
 	}
 	var loads [walkInline]int64
-	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], false)
+	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], nil, 0)
 	if !ok || n == 0 || loads[bound] < 0 { // no Healthy candidate, or the hit's is not
-		return placement{}, false
+		return 0, false
 	}
-	load := loads[bound]
+	load = loads[bound]
 	limit := s.ld.p.factor * float64(total+units) / float64(n)
 	if load != 0 && float64(load+units) > limit {
-		return placement{}, false
+		return 0, false
 	}
-	return placement{w: -1, boundLoad: load}, true
+	return load, true
 }

@@ -1,0 +1,74 @@
+package affinity
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlaceFastTopTies: placeFast ranks by the top 31 bits of the mid value. It must
+// return the best-ranked candidate under the bound when that is unique — whether or not
+// the overall winner (over the bound, or tied with another over it) is that candidate —
+// and decline (walkFull then decides by the full order) whenever two candidates under
+// the bound share the best top bits. No search over IDs reaches such ties, so this sets
+// the candidates' premixed hashes directly (mid inverted), the only value the loops read
+// besides the weight and the load. White-box for that reason.
+func TestPlaceFastTopTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 14))
+	const factor, units = 1.25, 100
+	for _, n := range []int{2, 3, 8, 64} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			for trial := range 300 {
+				s, err := New(Config{Load: LoadConfig{BalanceFactor: factor, SpillCostWeight: SpillWeight(1)}})
+				require.NoError(t, err)
+				cands := make([]Backend, n)
+				es := make([]candEntry, n)
+				loads := make([]int64, n)
+				var total int64
+				for i := range cands {
+					cands[i] = MustBackend(fmt.Sprintf("t%d-b%d", trial, i), "", 1)
+					bl := s.ld.loads.get(cands[i].node.ID(), cands[i].node.Hash())
+					es[i] = candEntry{id: cands[i].node.ID(), bl: bl}
+					if rng.IntN(3) > 0 { // a third idle: always under the bound
+						loads[i] = int64(1 + rng.IntN(2000))
+						bl.add(loads[i])
+					}
+					total += loads[i]
+				}
+				kh := rng.Uint64()
+				kp := premix(kh)
+				tops := make([]uint64, n)
+				for i := range cands {
+					tops[i] = rng.Uint64() >> 33
+					if i > 0 && rng.IntN(4) == 0 { // share an earlier candidate's top bits
+						tops[i] = tops[rng.IntN(i)]
+					}
+					cands[i].pre = kp ^ unmid(tops[i]<<33|rng.Uint64()&low33)
+				}
+				limit := factor * float64(total+units) / float64(n)
+				best, tie := -1, false
+				for i, l := range loads {
+					if l != 0 && float64(l+units) > limit {
+						continue
+					}
+					switch {
+					case best < 0 || tops[i] > tops[best]:
+						best, tie = i, false
+					case tops[i] == tops[best]:
+						tie = true
+					}
+				}
+				w, load, ok := s.placeFast(kh, cands, es, units)
+				if best < 0 || tie {
+					require.False(t, ok, "trial %d: best %d tie %v, got %d", trial, best, tie, w)
+					continue
+				}
+				require.True(t, ok, "trial %d", trial)
+				require.Equal(t, best, w, "trial %d", trial)
+				require.Equal(t, loads[best], load)
+			}
+		})
+	}
+}
