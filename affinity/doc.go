@@ -215,7 +215,9 @@
 //     compare-and-set). Concurrent first turns on several replicas make one miss in
 //     total; a rebind is seen by the other replicas through Store.Watch. Forget also
 //     deletes the shared binding; ForgetIf does when its local binding matched, with the
-//     store's compare-and-delete ([StoreForgetIf]) if it has one. A store error or timeout (default 50 ms) never fails a
+//     store's compare-and-delete ([StoreForgetIf]) if it has one, and also when this
+//     replica holds no valid binding of the key (evicted, expired, never seen), then only
+//     with a compare-and-delete. A store error or timeout (default 50 ms) never fails a
 //     call: it is decided locally, counted ([Scheduler.StoreErrors],
 //     metrics.StoreRecorder), and the store is skipped for the retry interval. Without a
 //     store nothing of this runs.

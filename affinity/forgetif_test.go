@@ -105,10 +105,10 @@ func (s *condStore) ForgetIf(_ context.Context, k affinity.StoreKey, b string) (
 
 var _ affinity.StoreForgetIf = (*condStore)(nil)
 
-// With a store, ForgetIf deletes the shared binding only after the local one matched:
-// with the store's compare-and-delete when it has one (a binding another replica moved
-// elsewhere meanwhile is kept), with Forget otherwise. A failing store call is counted
-// and leaves the local result.
+// With a store, ForgetIf deletes the shared binding after the local one matched, or when
+// this replica holds none: with the store's compare-and-delete when it has one (a binding
+// another replica moved elsewhere meanwhile is kept), with Forget otherwise, and only
+// after a local match. A failing store call is counted and leaves the local result.
 func TestForgetIfStore(t *testing.T) {
 	cands := backends(t, 3)
 	for _, tt := range []struct {
@@ -117,6 +117,7 @@ func TestForgetIfStore(t *testing.T) {
 		moved     bool   // another replica rebound s in the store (not yet seen here)
 		fail      error  // the store's ForgetIf fails
 		arg       string // "other": ForgetIf with a backend s is not bound to
+		replica2  bool   // ForgetIf on a second replica that holds no local binding of s
 		want      bool
 		inStore   bool // s is still bound in the store
 		forgetIfs int
@@ -128,6 +129,12 @@ func TestForgetIfStore(t *testing.T) {
 		{name: "compare-and-delete keeps a move", cond: true, moved: true, want: true, inStore: true, forgetIfs: 1},
 		{name: "no local match: no store call", cond: true, arg: "other", inStore: true},
 		{name: "store error counted", cond: true, fail: errors.New("refused"), want: true, inStore: true, forgetIfs: 1, errs: 1},
+		// No local binding (evicted, expired or never seen by this replica): only a
+		// compare-and-delete may go to the store.
+		{name: "no local binding: compare-and-delete", cond: true, replica2: true, want: true, forgetIfs: 1},
+		{name: "no local binding: compare-and-delete keeps a move", cond: true, replica2: true, moved: true, inStore: true, forgetIfs: 1},
+		{name: "no local binding: another backend", cond: true, replica2: true, arg: "other", inStore: true, forgetIfs: 1},
+		{name: "no local binding, plain store: no call", replica2: true, inStore: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			mem := newMemStore()
@@ -152,13 +159,17 @@ func TestForgetIfStore(t *testing.T) {
 			if tt.arg == "other" {
 				arg = "other"
 			}
-			require.Equal(t, tt.want, f.s.ForgetIf("s", "", arg))
+			caller := f.s
+			if tt.replica2 {
+				caller = newFixture(t, affinity.Config{}, affinity.WithStore(st)).s
+			}
+			require.Equal(t, tt.want, caller.ForgetIf("s", "", arg))
 			mem.mu.Lock()
 			_, in := mem.m[key]
 			mem.mu.Unlock()
 			assert.Equal(t, tt.inStore, in)
 			assert.Equal(t, tt.forgetIfs, cs.forgetIfs)
-			assert.Equal(t, tt.errs, f.s.StoreErrors())
+			assert.Equal(t, tt.errs, caller.StoreErrors())
 		})
 	}
 }

@@ -371,19 +371,23 @@ func (s *Scheduler) Forget(sessionID, tier string) bool {
 }
 
 // ForgetIf is a compare-and-forget: it deletes the valid binding of (sessionID, tier)
-// only if it names backendID, and reports whether it did; a binding a concurrent request
-// moved to another backend is kept. Invalid arguments (empty backendID included) and an
-// expired binding give false. Counts nothing. O(1), 0 allocs. With a shared store, when
-// the local binding matched, one bounded store call deletes the shared one: ForgetIf of
-// a [StoreForgetIf] (only if it still names backendID), else Store.Forget.
+// only if it names backendID, and reports whether a binding was deleted; a binding a
+// concurrent request moved to another backend is kept. Invalid arguments (empty
+// backendID included) give false. Counts nothing. O(1), 0 allocs without a store.
+//
+// With a shared store (WithStore) one bounded store call follows when the local binding
+// matched, or when this replica holds no valid binding of the key (evicted, expired,
+// never seen here): the store's compare-and-delete when it implements [StoreForgetIf]
+// (the shared binding goes only if it still names backendID), else, only when the local
+// binding matched, Store.Forget. The result is then also true when the store deleted
+// the shared binding. A store without StoreForgetIf is not called when nothing matched
+// locally: an unconditional delete could drop another replica's move.
 func (s *Scheduler) ForgetIf(sessionID, tier, backendID string) bool {
-	if !s.t.deleteIf(sessionID, tier, backendID) {
-		return false
+	deleted, absent := s.t.deleteIf(sessionID, tier, backendID)
+	if s.store == nil || !(deleted || absent) {
+		return deleted
 	}
-	if s.store != nil {
-		s.forgetIf(hrw.KeyHash(sessionID), tier, backendID)
-	}
-	return true
+	return s.forgetIf(hrw.KeyHash(sessionID), tier, backendID, deleted) || deleted
 }
 
 // Lookup returns the backend ID of the valid (unexpired) binding of (sessionID, tier). It

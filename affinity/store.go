@@ -238,25 +238,31 @@ func (s *Scheduler) forget(kh uint64, tier string) {
 	}
 }
 
-// forgetIf tells the store that the binding of (kh, tier) to backendID ended: a
-// compare-and-delete if the store has one (StoreForgetIf), Forget otherwise. Counted as
-// StoreOpForget on error.
-func (s *Scheduler) forgetIf(kh uint64, tier, backendID string) {
+// forgetIf is ForgetIf's store call (see there): the store's compare-and-delete, or
+// with local (the local binding matched) a plain Forget when the store has none. It
+// reports whether the store deleted the shared binding (false for a plain Forget, a
+// skipped or failed call). A failed call is counted (store_errors{op="forget"}).
+func (s *Scheduler) forgetIf(kh uint64, tier, backendID string, local bool) bool {
 	ss := s.store
 	fi, ok := ss.st.(StoreForgetIf)
 	if !ok {
-		s.forget(kh, tier)
-		return
+		if local {
+			s.forget(kh, tier)
+		}
+		return false
 	}
 	now := s.t.clock.now()
 	if ss.skipUntil.Load() > now {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ss.timeout)
 	defer cancel()
-	if _, err := fi.ForgetIf(ctx, StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}, backendID); err != nil {
+	deleted, err := fi.ForgetIf(ctx, StoreKey{Session: kh, Tier: hrw.KeyHash(tier)}, backendID)
+	if err != nil {
 		ss.fail(metrics.StoreOpForget, now)
+		return false
 	}
+	return deleted
 }
 
 // invalidate drops this replica's copy of the binding key unless it is already bound to

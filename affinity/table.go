@@ -277,11 +277,12 @@ func (t *Table) Delete(sessionID, tier string) bool {
 }
 
 // deleteIf removes the valid (unexpired) binding of (sessionID, tier) if it names
-// backendID, under the shard's lock, and reports whether it did. Invalid arguments (an
-// empty backendID included) give false.
-func (t *Table) deleteIf(sessionID, tier, backendID string) bool {
+// backendID, under the shard's lock, and reports whether it did (deleted), or that
+// there is no valid binding of the key (absent: none stored, or an expired one). Invalid
+// arguments (an empty backendID included) give neither.
+func (t *Table) deleteIf(sessionID, tier, backendID string) (deleted, absent bool) {
 	if backendID == "" || t.checkKey(sessionID, tier) != nil {
-		return false
+		return false, false
 	}
 	kh := hrw.KeyHash(sessionID)
 	sh := t.shardFor(kh)
@@ -290,14 +291,17 @@ func (t *Table) deleteIf(sessionID, tier, backendID string) bool {
 	defer sh.mu.Unlock()
 	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i == 0 {
-		return false
+		return false, true
 	}
 	e := sh.at(i)
-	if now-e.lastUse >= t.ttls[e.class] || sh.idOf(e.slot) != backendID {
-		return false
+	if now-e.lastUse >= t.ttls[e.class] {
+		return false, true
+	}
+	if sh.idOf(e.slot) != backendID {
+		return false, false
 	}
 	sh.removeHashed(i, uint32(kh))
-	return true
+	return true, false
 }
 
 // DeleteBackend removes every binding to backendID and returns how many were still

@@ -99,8 +99,9 @@ func (s *Store) observe(op string, err error) {
 }
 
 // PrintfLogger adapts a slog.Logger to go-redis's logger interface (Printf(ctx,
-// format, args...)): each message becomes one record at Level with the formatted text
-// as its "msg" attribute. go-redis has one process-wide logger: a command installs it
+// format, args...)): each message becomes one record at Level whose message is the
+// formatted text (its "redis: " prefix dropped) and whose attribute logger=go-redis
+// names its source. go-redis has one process-wide logger: a command installs it
 // once, e.g. redis.SetLogger(redisstore.PrintfLogger{Logger: l, Level: slog.LevelDebug}).
 // Safe for concurrent use if Logger is. A nil Logger discards.
 type PrintfLogger struct {
@@ -113,5 +114,5 @@ func (p PrintfLogger) Printf(ctx context.Context, format string, v ...any) {
 	if p.Logger == nil || !p.Logger.Enabled(ctx, p.Level) {
 		return
 	}
-	p.Logger.Log(ctx, p.Level, "go-redis", "msg", strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
+	p.Logger.Log(ctx, p.Level, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "logger", "go-redis")
 }

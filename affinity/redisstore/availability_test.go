@@ -155,5 +155,5 @@ func TestPrintfLogger(t *testing.T) {
 	redisstore.PrintfLogger{}.Printf(context.Background(), "no logger")
 	lines := buf.lines()
 	require.Len(t, lines, 1)
-	require.Contains(t, lines[0], `level=WARN msg=go-redis msg="pool: failed to dial after 5 attempts"`)
+	require.Contains(t, lines[0], `level=WARN msg="pool: failed to dial after 5 attempts" logger=go-redis`)
 }

@@ -83,8 +83,10 @@ func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 // evict every other session's binding (max_bindings is shared by all clients). Only a
 // binding that still names b is removed (Scheduler.ForgetIf, a compare-and-forget: a
 // concurrent request of the same session that rebound it elsewhere keeps its binding).
-// Counts nothing.
-func (st *route) forgetNewBinding(b *backend, status int) {
+// A reload that built a new Scheduler while the request ran has copied the binding
+// there: it is removed from the current Scheduler too (a reload switching Schedulers
+// between the two calls, while its copy runs, can still keep it). Counts nothing.
+func (st *route) forgetNewBinding(g *Gateway, b *backend, status int) {
 	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed || st.session == "" {
 		return
 	}
@@ -96,6 +98,9 @@ func (st *route) forgetNewBinding(b *backend, status int) {
 		return
 	}
 	st.rt.sched.ForgetIf(st.session, st.tier, b.id)
+	if cur := g.rt.Load().sched; cur != st.rt.sched {
+		cur.ForgetIf(st.session, st.tier, b.id)
+	}
 }
 
 // leaseBackend leases b for a request the gateway routes itself — a request without a

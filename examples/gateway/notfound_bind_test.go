@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,4 +85,49 @@ func TestNotFoundGenerationFloodKeepsBindings(t *testing.T) {
 	assert.Equal(t, "hit", victim(), "the victim's binding survived")
 	assert.Equal(t, 1, g.Scheduler().Len(), "only the victim is bound")
 	assert.Zero(t, g.Scheduler().Stats().Evictions)
+}
+
+// A reload that builds a new Scheduler (an affinity change) while a first turn waits for
+// its backend's 404 copies the new binding over; the 404 must remove it there too, from
+// the Scheduler serving the next turn. (Before: it was removed from the old one only,
+// and the next turn was a hit on a path that did not exist.)
+func TestNotFoundAcrossReloadLeavesNoBinding(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var yaml strings.Builder
+	yaml.WriteString("health: {enabled: false}\nbackends:\n")
+	for _, id := range []string{"b0", "b1", "b2"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-release
+			http.NotFound(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		yaml.WriteString("  - {id: " + id + ", url: \"" + srv.URL + "\"}\n")
+	}
+	cfg, err := gateway.ParseConfig([]byte(yaml.String()))
+	require.NoError(t, err)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	before := g.Scheduler()
+
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		done <- sendReq(g, http.MethodPost, "/nope/completions", chatBody, map[string]string{"X-Session-ID": "s1"})
+	}()
+	<-arrived // placed and bound; the backend holds the answer
+	changed, err := gateway.ParseConfig([]byte(yaml.String() + "affinity: {sticky_ttl_seconds: 900}\n"))
+	require.NoError(t, err)
+	require.NoError(t, g.Reload(changed))
+	require.NotSame(t, before, g.Scheduler(), "an affinity change builds a new Scheduler")
+	_, copied := g.Scheduler().Lookup("s1", "")
+	require.True(t, copied, "the reload copied the new binding")
+	close(release)
+	rec := <-done
+	require.Equal(t, http.StatusNotFound, rec.Code)
+	require.Equal(t, "miss", rec.Header().Get(gateway.HeaderOutcome))
+	_, ok := g.Scheduler().Lookup("s1", "")
+	assert.False(t, ok, "the current Scheduler keeps no binding after the 404")
+	_, ok = before.Lookup("s1", "")
+	assert.False(t, ok, "nor the old one")
 }

@@ -45,7 +45,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.Header[HeaderBackend] = st.headerSlot(0, b.id)
 	resp.Header[HeaderAffinityHit] = st.headerSlot(1, strconv.FormatBool(hit))
 	st.setOutcome(resp.Header)
-	st.forgetNewBinding(b, resp.StatusCode)
+	st.forgetNewBinding(g, b, resp.StatusCode)
 	if leaseTunnel(st, resp) { // 101 Switching Protocols (tunnel.go)
 		return nil
 	}

@@ -72,7 +72,7 @@ func TestRunRoutesRedisLogs(t *testing.T) {
 	var out lockedBuffer
 	done := make(chan error, 1)
 	go func() { done <- run([]string{"-config", storeConfig(t, srv.Addr(), ""), "-log-level", "debug"}, &out) }()
-	until(t, "a go-redis message in slog", func() bool { return strings.Contains(out.String(), "msg=go-redis") })
+	until(t, "a go-redis message in slog", func() bool { return strings.Contains(out.String(), "logger=go-redis") })
 	until(t, "the gateway to listen", func() bool { return strings.Contains(out.String(), "gateway listening") })
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	require.NoError(t, <-done)

@@ -65,7 +65,7 @@ func TestRunRoutesRedisLogs(t *testing.T) {
 	yaml := fmt.Sprintf("backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\nstore: {address: %q, dial_timeout_seconds: 0.3}\n", srv.Addr())
 	require.NoError(t, os.WriteFile(cfg, []byte(yaml), 0o600))
 
-	out := newWatchBuffer("msg=go-redis")
+	out := newWatchBuffer("logger=go-redis")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -82,6 +82,6 @@ func TestRunRoutesRedisLogs(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	log := out.String()
-	assert.Contains(t, log, "level=DEBUG msg=go-redis msg=", log)
+	assert.Regexp(t, `level=DEBUG msg="[^"]+" logger=go-redis`, log)
 	assert.Equal(t, 1, strings.Count(log, "level=WARN"), log)
 }
