@@ -10,40 +10,47 @@ import "unsafe"
 // wins.
 const packedMax = 64
 
-// pickEqual is Pick's equal-weight selection over premixed key kp for up to packedMax
-// nodes (a leaf: no stack frame). ok=false means more nodes, weights that are not all
-// equal and positive, or two nodes that may tie: the caller goes on with pickWeighted.
-// It runs a branch-free loop (see maxPacked) with one weight compare per node. c
-// carries the constants (see mixer); not inlined, so that they stay variables.
+// pick is Pick (which inlines to a call of it with the constants of c, see mixer): up
+// to packedMax nodes of one positive weight it runs the branch-free loop of maxPacked
+// with one weight compare per node, and returns its winner unless the maximum was
+// reached twice. Everything else (more nodes, varied or zero weights, a possible tie)
+// goes on to pickWeighted. The loop is here rather than in a callee so that the usual
+// path is one call with no spills (about 0.8 ns, 5 %, faster at 8 nodes).
 //
 //go:noinline
-func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
-	if len(nodes) == 0 {
-		return -1, true
+func pick(keyHash uint64, nodes []Node, c mixer) int {
+	kp := premix(keyHash)
+	nodes = nodes[:len(nodes):len(nodes)] // no cap to keep in a register (or to spill)
+	if uint(len(nodes)-1) >= packedMax {  // empty, or more than packedMax nodes
+		if len(nodes) == 0 {
+			return -1
+		}
+		return pickWeighted(kp, nodes)
 	}
 	w0 := wbits(&nodes[0])
-	if w0 == 0 || len(nodes) > packedMax {
-		return 0, false // (varied weights leave at the first node whose weight differs)
-	}
-	bt, tv, bi := uint64(0), uint64(1), 0
-	for i := range nodes {
-		n := &nodes[i]
+	bt, tv, bj := uint64(0), uint64(1), 0
+	for j := 0; j < len(nodes); {
+		n := &nodes[j]
 		if wbits(n) != w0 {
-			return 0, false
+			return pickWeighted(kp, nodes) // (varied weights leave at the first that differs)
 		}
 		t := c.mid(kp^n.pre) & c.hi
+		j++ // bj is the index plus one, as in maxPacked
 		if t == bt {
 			tv = t
 		}
 		if t > bt {
-			bi = i
+			bj = j
 		}
 		bt = max(bt, t)
 	}
-	return bi, tv != bt
+	if tv == bt || w0 == 0 {
+		return pickWeighted(kp, nodes)
+	}
+	return bj - 1
 }
 
-// maxPacked is pickEqual's branch-free loop over contiguous premixed hashes (no
+// maxPacked is pick's branch-free loop over contiguous premixed hashes (no
 // weights): the index of the largest top 31 bits t of the mid values, hence of the
 // largest m; ok=false: two nodes may tie. Per node one compare against the running
 // maximum bt feeds three conditional moves (all on one flag, one micro-op each): the
@@ -55,18 +62,19 @@ func pickEqual(kp uint64, nodes []Node, c mixer) (int, bool) {
 //
 //go:noinline
 func maxPacked(kp uint64, pre []uint64, c mixer) (int, bool) {
-	bt, tv, bi := uint64(0), uint64(1), 0
-	for i, h := range pre {
-		t := c.mid(kp^h) & c.hi
+	bt, tv, bj := uint64(0), uint64(1), 0
+	for j := 0; j < len(pre); {
+		t := c.mid(kp^pre[j]) & c.hi
+		j++ // bj is the index plus one: the increment serves both (one instruction fewer)
 		if t == bt {
 			tv = t
 		}
 		if t > bt {
-			bi = i
+			bj = j
 		}
 		bt = max(bt, t)
 	}
-	return bi, tv != bt
+	return bj - 1, tv != bt
 }
 
 // ahead reports whether a node (mid value z, ID id) comes before the best so far (bz,
@@ -76,7 +84,7 @@ func ahead(z uint64, id string, bz uint64, bid string) bool {
 	return m > bm || (m == bm && id < bid)
 }
 
-// maxUnrolled is pickEqual's loop for more than packedMax nodes: scanEqual skips the
+// maxUnrolled is pick's equal-weight loop for more than packedMax nodes: scanEqual skips the
 // nodes whose mid value's top 31 bits stay below the best's, and only the few others
 // (O(log n) expected) are compared exactly, by m and ID, so ties need no second pass.
 func maxUnrolled(kp uint64, nodes []Node, w0 uint64) (int, bool) {

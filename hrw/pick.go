@@ -24,15 +24,10 @@ package hrw
 // the winner for its ID (the duplicate rule); only if the winner is a later copy of an
 // ID first given with another weight is the selection redone with duplicates removed
 // (O(n²) in the worst case). Safe for concurrent use.
-func Pick(keyHash uint64, nodes []Node) int {
-	if i, ok := pickEqual(premix(keyHash), nodes, newMixer()); ok {
-		return i
-	}
-	return pickWeighted(premix(keyHash), nodes)
-}
+func Pick(keyHash uint64, nodes []Node) int { return pick(keyHash, nodes, newMixer()) }
 
-// pickWeighted is Pick after pickEqual declined (out of line, so that Pick inlines):
-// the equal-weight loop for more than packedMax nodes, then the weighted selections.
+// pickWeighted is Pick after pick's equal-weight loop declined: the equal-weight loop
+// for more than packedMax nodes, then the weighted selections. nodes is not empty.
 func pickWeighted(kp uint64, nodes []Node) int {
 	if len(nodes) > packedMax {
 		if w0 := wbits(&nodes[0]); w0 != 0 && wbits(&nodes[len(nodes)-1]) == w0 {
