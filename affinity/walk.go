@@ -54,13 +54,17 @@ func (w *walkScratch) size(n int) {
 // walk is the bounded-load walk along the session's HRW ranking over the eligible
 // candidates (Healthy; Draining only when none is Healthy; never Down; duplicate IDs
 // collapse to the first). Load is the backend's load view in prompt tokens; the bound is
-// balance_factor x (sum of the eligible loads + units) / their number, and a backend is
-// under it when load + units <= bound or when it is idle (load 0).
+// balance_factor x (sum of the eligible loads + units) / their number when the eligible
+// candidates have one weight, and balance_factor x (sum of the eligible loads + units) x
+// w_i / W for candidate i when their weights differ (W: the sum of the eligible weights;
+// rule 15), and a backend is under its bound when load + units <= bound or when it is
+// idle (load 0).
 //
-// bound < 0 (placing a session): the first backend under the bound; if none is, the least
-// loaded (ties in ranking order). bound >= 0 (a hit on candidates[bound]): reports
-// whether the bound backend is over the bound and returns the first backend ranked after
-// it that is under the bound, or w = -1 when none is.
+// bound < 0 (placing a session): the first backend under its bound; if none is, the
+// least loaded (relative to weight, load / w_i, when the eligible weights differ; ties
+// in ranking order). bound >= 0 (a hit on candidates[bound]): reports whether the bound
+// backend is over its bound and returns the first backend ranked after it that is under
+// its own, or w = -1 when none is.
 //
 // Deterministic for a given load view. Cost: O(n) load reads, rank keys and compares (no
 // sort: the first backend under the bound in ranking order is the best-ranked of those
@@ -165,9 +169,9 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	now := s.drainNow()
 	allHealthy := s.health.AllHealthy() // one snapshot: no per-candidate lookups then
 	pl := placement{w: -1}
-	var nH, nD int       // eligible Healthy / Draining candidates
-	var totH, totD int64 // their loads
-	varied, w0 := false, 0.0
+	var nH, nD int                 // eligible Healthy / Draining candidates
+	var totH, totD int64           // their loads
+	varied, w0 := false, uint64(0) // weights differ; the weight bits seen last
 	// Placing (bound < 0): the rank keys are computed in this pass, and the best-ranked
 	// Healthy and Draining candidates tracked (equal weights: the largest m; tie: a later
 	// candidate with the same m), so that the common case — the HRW winner is under the
@@ -189,9 +193,9 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		}
 		if place {
 			w.m[i] = hrw.Mix(kh, c.node.Hash()) >> 11
-			varied = varied || (w0 != 0 && c.node.Weight() != w0)
-			w0 = c.node.Weight()
 		}
+		varied = varied || (w0 != 0 && c.wbits != w0) // equal weights have equal bits
+		w0 = c.wbits
 		st := health.Healthy
 		if !allHealthy {
 			st = s.health.State(c.node.ID())
@@ -220,10 +224,25 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	if n == 0 {
 		return pl, noEligible(cands)
 	}
+	// The bound (rule 15): equal eligible weights, balance_factor x (total + units) / n,
+	// the expression of every release before weights counted, so that equal weights
+	// place bit for bit as before; weights that differ among the eligible candidates,
+	// candidate i's share balance_factor x (total + units) x w_i / W (wsum = W > 0).
 	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	under := func(load int64) bool { return load == 0 || float64(load+units) <= limit }
+	wsum := 0.0
+	if varied {
+		if wsum = eligibleWeights(cands, w.st, want); wsum != 0 {
+			limit = s.ld.p.factor * float64(total+units) // x w_i / W per candidate
+		}
+	}
+	under := func(i int, load int64) bool {
+		if wsum == 0 {
+			return load == 0 || float64(load+units) <= limit
+		}
+		return load == 0 || float64(load+units) <= limit*cands[i].node.Weight()/wsum
+	}
 	if bound >= 0 {
-		pl.boundOver = !under(pl.boundLoad)
+		pl.boundOver = !under(bound, pl.boundLoad)
 		if !pl.boundOver {
 			return pl, nil // a hit under the bound stays: no ranking needed
 		}
@@ -232,14 +251,12 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		for i := range cands {
 			if w.bl[i] != nil { // not a later copy of an ID
 				w.m[i] = hrw.Mix(kh, cands[i].node.Hash()) >> 11
-				varied = varied || (w0 != 0 && cands[i].node.Weight() != w0)
-				w0 = cands[i].node.Weight()
 			}
 		}
 	}
 	// Equal weights and a unique largest m: that candidate is the first of the ranking,
 	// so if it is under the bound it is the answer (the common case of a placement).
-	if place && !varied && !tie && under(w.load[best]) {
+	if place && !varied && !tie && under(best, w.load[best]) {
 		pl.w, pl.st, pl.bl, pl.load = best, want, w.bl[best], w.load[best]
 		return pl, nil
 	}
@@ -270,22 +287,29 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 		return a < b
 	}
 	// The first backend of the ranking under the bound is the best-ranked one among those
-	// under it: one pass, no sort. The fallback is the least loaded (ties: ranking). A
-	// spill only moves down the ranking: to candidates ranked after the bound one, so a
-	// binding can never move back (no ping-pong).
+	// under it: one pass, no sort. The fallback is the least loaded (ties: ranking);
+	// relative to weight (load / w_i) when the eligible weights differ. A spill only
+	// moves down the ranking: to candidates ranked after the bound one, so a binding can
+	// never move back (no ping-pong).
 	first, least := -1, -1
 	for i := range cands {
 		if w.st[i] != want || (bound >= 0 && (i == bound || better(i, bound))) {
 			continue
 		}
 		load := w.load[i]
-		if load == 0 || float64(load+units) <= limit { // under the bound
+		if under(i, load) {
 			// Equal weights: m orders alone unless it ties (then better decides).
 			if first < 0 || (!varied && w.m[i] > w.m[first]) || ((varied || w.m[i] == w.m[first]) && better(i, first)) {
 				first = i
 			}
 		}
-		if least < 0 || load < w.load[least] || (load == w.load[least] && better(i, least)) {
+		if least < 0 {
+			least = i
+		} else if wsum == 0 {
+			if load < w.load[least] || (load == w.load[least] && better(i, least)) {
+				least = i
+			}
+		} else if r, rl := float64(load)/cands[i].node.Weight(), float64(w.load[least])/cands[least].node.Weight(); r < rl || (r == rl && better(i, least)) {
 			least = i
 		}
 	}
@@ -298,6 +322,27 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	}
 	pl.w, pl.st, pl.bl, pl.load = take, w.st[take], w.bl[take], w.load[take]
 	return pl, nil
+}
+
+// eligibleWeights returns W, the sum of the weights of the candidates in state want
+// (the eligible ones: st marks later copies of an ID and Down candidates stateSkip), when
+// those weights differ, else 0 (equal eligible weights: the bound is the unweighted one).
+// Called only when some candidates' weights differ; O(len(cands)).
+func eligibleWeights(cands []Backend, st []health.State, want health.State) float64 {
+	var sum float64
+	w0, differ := uint64(0), false
+	for i := range cands {
+		if st[i] != want {
+			continue
+		}
+		differ = differ || (w0 != 0 && cands[i].wbits != w0)
+		w0 = cands[i].wbits
+		sum += cands[i].node.Weight()
+	}
+	if !differ {
+		return 0
+	}
+	return sum
 }
 
 // better1 folds candidate i into the running best-ranked candidate b of equal weights

@@ -17,7 +17,9 @@ import (
 // refPlace is the bounded-load placement rule written out plainly: sort the eligible
 // candidates (Healthy; Draining only when none is Healthy; first copy of an ID) by the
 // session's HRW ranking, take the first whose load, this request counted, is within
-// factor x the mean (or that is idle), else the least loaded (ties: ranking).
+// factor x the mean (or that is idle), else the least loaded (ties: ranking). When the
+// eligible candidates' weights differ (rule 15), candidate i's bound is its share,
+// factor x (total + units) x w_i / W, and the fallback the least load / w_i.
 func refPlace(t *testing.T, s *affinity.Scheduler, session string, cands []affinity.Backend, units int64, factor float64) string {
 	t.Helper()
 	kh := hrw.KeyHash(session)
@@ -53,16 +55,25 @@ func refPlace(t *testing.T, s *affinity.Scheduler, session string, cands []affin
 		return cmp.Compare(cands[a].ID(), cands[b].ID())
 	})
 	var total int64
+	var wsum float64
+	weighted := false
 	for _, i := range elig {
 		total += load(i)
+		wsum += cands[i].Weight()
+		weighted = weighted || cands[i].Weight() != cands[elig[0]].Weight()
 	}
-	limit := factor * float64(total+units) / float64(len(elig))
+	limit := func(int) float64 { return factor * float64(total+units) / float64(len(elig)) }
+	rel := func(i int) float64 { return float64(load(i)) } // what the fallback minimises
+	if weighted {
+		limit = func(i int) float64 { return factor * float64(total+units) * cands[i].Weight() / wsum }
+		rel = func(i int) float64 { return float64(load(i)) / cands[i].Weight() }
+	}
 	least := elig[0]
 	for _, i := range elig {
-		if l := load(i); l == 0 || float64(l+units) <= limit {
+		if l := load(i); l == 0 || float64(l+units) <= limit(i) {
 			return cands[i].ID()
 		}
-		if load(i) < load(least) {
+		if rel(i) < rel(least) {
 			least = i
 		}
 	}

@@ -12,12 +12,15 @@ import (
 //     and some Healthy one is under the bound, the best-ranked of those (largest m,
 //     unique) — the first of the ranking under the bound (placeFast: its index w, a
 //     Healthy backend, and its load);
-//   - a hit on a Healthy candidates[bound] whose backend is under the bound: it stays
-//     (stayFast: its load; the placement w = -1, boundOver false).
+//   - a hit on a Healthy candidates[bound] whose backend is under the bound, the
+//     candidates having one weight: it stays (stayFast: its load; the placement w = -1,
+//     boundOver false).
 //
-// Anything else — a candidate that differs from es, weights that differ, a tie of the
-// rank keys, no Healthy candidate, none under the bound, the hit's backend over it —
-// reports ok = false and walkFull decides by the same rules over its full scratch; where
+// Both compute the bound of equal weights only (balance_factor x (total + units) / n,
+// the same expression as walkIn). Anything else — a candidate that differs from es,
+// weights that differ (the weighted bound of rule 15), a tie of the rank keys, no
+// Healthy candidate, none under the bound, the hit's backend over it — reports ok =
+// false and walkFull decides by the same rules over its full scratch; where
 // these answer, walkFull answers the same for the same load view. They return scalars,
 // not a placement, so that no struct is copied through the stack on the way back. Cost
 // per candidate: its remembered entry, its load view and (placing) its rank key, in loops
@@ -119,8 +122,9 @@ func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, k
 
 // fastLoads sets loads[i] to candidate i's load view when it is Healthy and not a later
 // copy of an ID, else to -1, and returns how many are Healthy and their summed load; ok
-// is false when a candidate differs from es. With tops (placing), the candidates must
-// have one weight (else ok is false) and tops[i] is set to the rank key of each counted
+// is false when a candidate differs from es or when the candidates' weights differ (the
+// bound is then per candidate, rule 15: walkFull applies it). With tops (placing),
+// tops[i] is set to the rank key of each counted
 // candidate: the top 31 bits of the mid value of splitmix64 for kp = premix(key hash)
 // (pickequal.go). Without the drain model and with every backend Healthy (the common
 // case) its loop calls nothing, so it keeps its state in registers.
@@ -137,7 +141,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 		for i := range cands {
 			b := &cands[i]
 			e := &es[i]
-			if !e.matches(&b.node) || (place && b.wbits != w0) {
+			if !e.matches(&b.node) || b.wbits != w0 {
 				return 0, 0, false
 			}
 			loads[i] = -1
@@ -163,7 +167,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 	for i := range cands {
 		b := &cands[i]
 		e := &es[i]
-		if !e.matches(&b.node) || (place && b.wbits != w0) {
+		if !e.matches(&b.node) || b.wbits != w0 {
 			return 0, 0, false
 		}
 		loads[i] = -1
