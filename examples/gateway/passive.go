@@ -151,9 +151,11 @@ func (st *route) nextChoice(failed *backend) (*backend, error) {
 // read once per backend): with n eligible backends of total load L and this request's
 // charge c (its cost, 0 counted as 1, at most affinity.MaxLeaseCost, as LeaseBackend
 // charges it), a backend is under the bound when it is idle (load 0) or when load + c <=
-// balance_factor x (L + c) / n. Deterministic for a given load view. Cost: one LoadView
-// per eligible backend and one HRW score per backend under the bound; allocates only for
-// tiers of more than 16 backends.
+// balance_factor x (L + c) / n, or, when the eligible backends' weights differ, <=
+// balance_factor x (L + c) x w / W (w its weight, W the eligible weights' sum: its
+// weighted share). Deterministic for a given load view. Cost: one LoadView per eligible
+// backend and one HRW score per backend under the bound; allocates only for tiers of
+// more than 16 backends.
 func (st *route) underBound(key string, nodes []*backend, eligible func(*backend) bool) *backend {
 	var buf [16]int64
 	loads := buf[:0]
@@ -162,12 +164,18 @@ func (st *route) underBound(key string, nodes []*backend, eligible func(*backend
 	}
 	var n int
 	var total int64
+	var wsum, w0 float64 // the eligible weights' sum; the last one seen
+	differ := false
 	for _, b := range nodes {
 		l := int64(-1) // not eligible
 		if eligible(b) {
 			l = st.rt.sched.LoadView(b.id)
 			n++
 			total += l // at most MaxLoadView (2^46) each: no overflow below 2^17 backends
+			w := b.node.Weight()
+			differ = differ || (n > 1 && w != w0)
+			w0 = w
+			wsum += w
 		}
 		loads = append(loads, l)
 	}
@@ -175,11 +183,15 @@ func (st *route) underBound(key string, nodes []*backend, eligible func(*backend
 		return nil
 	}
 	charge := min(max(st.cost, 1), affinity.MaxLeaseCost)
-	limit := st.rt.cfg.Affinity.Load.BalanceFactor * float64(total+charge) / float64(n)
+	factor := st.rt.cfg.Affinity.Load.BalanceFactor
+	bound := func(*backend) float64 { return factor * float64(total+charge) / float64(n) }
+	if differ {
+		bound = func(b *backend) float64 { return factor * float64(total+charge) * b.node.Weight() / wsum }
+	}
 	var best hrw.Best
 	best.Reset(hrw.KeyHash(key))
 	for i, b := range nodes {
-		if l := loads[i]; l == 0 || l > 0 && float64(l+charge) <= limit {
+		if l := loads[i]; l == 0 || l > 0 && float64(l+charge) <= bound(b) {
 			best.Offer(i, &b.node)
 		}
 	}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -83,4 +84,53 @@ func TestRetryChoiceLoadAware(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A retry's bound is each backend's weighted share when the eligible backends' weights
+// differ (affinity rule 15): with the failed first choice left out, a weight-3 second
+// choice holding 2 queued requests (2 x 1024 tokens) against 1 on a weight-1 third is
+// within its share (about 1.25 x 3075 x 3/4) and takes the retry, though over the
+// unweighted mean (1.25 x 3075 / 2), where the retry went to the third before.
+func TestRetryChoiceWeightedBound(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	weights := map[string]float64{"a": 3, "b": 1, "c": 1}
+	nodes := make([]hrw.Node, len(ids))
+	for i, id := range ids {
+		n, err := hrw.NewNode(id, weights[id])
+		require.NoError(t, err)
+		nodes[i] = n
+	}
+	// A session whose weighted ranking puts a second.
+	var session string
+	var rank []string
+	for i := 0; session == ""; i++ {
+		s := fmt.Sprintf("s%d", i)
+		order := hrw.Rank(hrw.KeyHash(s), nodes)
+		if ids[order[1]] == "a" {
+			session = s
+			for _, j := range order {
+				rank = append(rank, ids[j])
+			}
+		}
+	}
+	rt := &scripted{steps: []step{{err: errRefused}}}
+	cfg := gateway.Config{Health: gateway.HealthConfig{Enabled: new(false)}}
+	for _, id := range ids {
+		cfg.Backends = append(cfg.Backends, gateway.BackendConfig{ID: id, URL: "http://" + id + ".test", Weight: weights[id]})
+	}
+	cfg.Affinity.Load.BalanceFactor = 1.25
+	g, err := gateway.New(cfg, gateway.WithTransport(rt))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.NoError(t, g.Scheduler().ReportLoad(rank[1], affinity.BackendLoad{Waiting: 2}))
+	require.NoError(t, g.Scheduler().ReportLoad(rank[2], affinity.BackendLoad{Waiting: 1}))
+
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("X-Session-ID", session)
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Len(t, rt.hosts, 2)
+	assert.Equal(t, rank[0]+".test", rt.hosts[0], "the first attempt goes to the session's HRW winner")
+	assert.Equal(t, "a.test", rt.hosts[1], "the retry stays within a's weighted share (ranking %v)", rank)
 }
