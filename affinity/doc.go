@@ -125,25 +125,28 @@
 //     weight), not to 0. Below the retention the prefix is expected cached in full.
 //     Everything the drain model keeps is per backend (a few atomics and a mutex taken
 //     by Done); it is deterministic for a given sequence of calls and clock readings.
-//  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy) and
-//     total load L, a backend is under the bound when load + cost <= balance_factor x
-//     (L + cost) / n, or when it is idle (load 0) — the consistent hashing with bounded
-//     loads of Mirrokni, Thorup and Zadimoghaddam (SODA 2018), as in Envoy's and
-//     HAProxy's hash_balance_factor.
+//  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy; each
+//     ID once) of total load L, a backend is under its bound when it is idle (load 0) or
+//     when load + cost <= balance_factor x (L + cost) / n — x w / W instead of / n when
+//     the eligible weights differ (w its weight, W their sum: its weighted share, as in
+//     Envoy's bounded-load hashing; docs/load-aware.md) — the consistent hashing with
+//     bounded loads of Mirrokni, Thorup and Zadimoghaddam (SODA 2018), as in Envoy's and
+//     HAProxy's hash_balance_factor. Equal weights keep the unweighted expression exactly.
 //  16. Placement (a miss or rebind): the first backend of the session's HRW ranking over
-//     the eligible candidates that is under the bound (rule 8's order: score, then ID);
-//     when none is, the least loaded (ties in ranking order). With no load anywhere this
-//     is the HRW winner, as for SelectBackend.
-//  17. Spill: a hit whose backend is over the bound moves to the first backend ranked
-//     after it in the session's ranking that is under the bound, only when
-//     wait(bound) - wait(target) > spill_cost_weight x reprefill, where wait is the load
-//     of rule 14 (prompt tokens of queued prefill, before this request) and reprefill
-//     the prefix the move throws away: 0 when the binding's last hit reported
-//     cached / prompt tokens <= cold_cache_ratio (the backend evicted it), else
-//     min(last reported prompt tokens, cost), else cost (with the drain model, as rules
-//     14c and 14d scale it). The move is a rebind:
-//     AffinityHit false, Outcome spill, counted once as broken{reason="overloaded"} and
-//     as a miss, logged at Debug; the new binding sticks like any other.
+//     the eligible candidates that is under its bound (rule 8's order: score, then ID);
+//     when none is, the least loaded (load / w when the eligible weights differ; ties in
+//     ranking order). With no load anywhere this is the HRW winner, as for SelectBackend.
+//  17. Spill: a hit whose backend is over its bound moves to the first backend ranked
+//     after it in the session's ranking that is under its own, only when wait(bound) -
+//     wait(target) > spill_cost_weight x reprefill, where wait is the load of rule 14
+//     (prompt tokens of queued prefill, before this request; raw, not per weight: it is
+//     the work this request would queue behind) and reprefill the prefix the move throws
+//     away: 0 when the binding's last hit reported cached / prompt tokens <=
+//     cold_cache_ratio (the backend evicted it), else min(last reported prompt tokens,
+//     cost), else cost (with the drain model, as rules 14c and 14d scale it). The move is
+//     a rebind: AffinityHit false, Outcome spill, counted once as
+//     broken{reason="overloaded"} and as a miss, logged at Debug; the new binding sticks
+//     like any other.
 //  18. Hysteresis: a spill only moves down the session's own ranking, never back up, so
 //     a session cannot ping-pong between two backends whose load oscillates; it moves at
 //     most n-1 times while its binding lives, and replicas (which rank alike) choose the

@@ -294,8 +294,9 @@ func badLease(cost int64, l *Lease) error {
 // both run the same decision code, which then reads no load.
 // With it on, a miss walks the session's HRW ranking over the eligible candidates and
 // takes the first backend whose load, this request counted, is within balance_factor x
-// the mean; a hit whose backend is over that bound moves (a spill) when the spill guard
-// allows it. The package documentation ("Load awareness") states the rules.
+// the mean (x its weighted share when the candidates' weights differ); a hit whose
+// backend is over that bound moves (a spill) when the spill guard allows it. The package
+// documentation ("Load awareness") states the rules.
 //
 // Errors: those of SelectBackend, ErrInvalidCost, and ErrInvalidLease (l nil or still
 // open); nothing is stored, counted or leased then, and l is unchanged. Safe for

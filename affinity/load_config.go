@@ -60,9 +60,10 @@ const (
 type LoadConfig struct {
 	// BalanceFactor bounds the load of a backend that receives a new session (or a
 	// spilled one) to BalanceFactor x the mean load of the eligible candidates, this
-	// request counted ("Consistent Hashing with Bounded Loads", Mirrokni, Thorup and
-	// Zadimoghaddam, SODA 2018; Envoy's and HAProxy's hash_balance_factor, there in
-	// percent). 0 (the default) turns load awareness off; otherwise it must lie in
+	// request counted, or x its weighted share of their load (total x weight / sum of
+	// the eligible weights) when their weights differ ("Consistent Hashing with Bounded
+	// Loads", Mirrokni, Thorup and Zadimoghaddam, SODA 2018; Envoy's and HAProxy's
+	// hash_balance_factor, there in percent). 0 (the default) turns load awareness off; otherwise it must lie in
 	// [1, MaxBalanceFactor] (100). The project's replay recommends 1.25. Every other key
 	// of this block acts only through load awareness: setting one while balance_factor is
 	// 0 is ErrInvalidConfig naming both keys (a typo must not leave a feature silently off).
