@@ -382,25 +382,8 @@
 //
 // # Layout
 //
-// [Table]: 64 shards (fewer for caps under 1,024), picked by the top 6 bits of
-// hrw.KeyHash(sessionID). Each shard has a mutex; an open-addressing index (8-byte slots
-// holding the low 32 bits of that hash and an entry number — no second hash of the key);
-// a slab of 48-byte entries in 256-entry chunks with a free list (no per-binding pointer
-// objects); an intrusive LRU list per distinct TTL; and an intrusive list per bound
-// backend, which makes OnBackendDown proportional to that backend's bindings. Backends
-// are numbered table-wide by a small registry (lock-free lookups by the candidate's
-// premixed node hash, then its ID; a number is freed once no shard has a binding to its
-// backend, so reloads with ever new IDs stay bounded), and each shard keeps per number
-// that list's head and length, a bit saying it has bindings to the backend, and the
-// hit's slot (ID, hash, the candidate index and ID string where a hit last found it, its
-// health state as last read), filled by the first hit. A miss reads only the registry
-// and that bit; it queues its binding and every 16th miss links the queued ones into
-// their backends' lists at once, their cache misses overlapped. The key is one
-// string: a byte with len(tier), the tier (at most 255 bytes, else ErrTierTooLong), the
-// session ID.
-// Lookups compare a stored key with (tier, session ID) in place, so they never build a
-// key and never allocate, whatever the session ID's length; the length byte lets the
-// tier be recovered for per-tier metrics on eviction and OnBackendDown. Counters are plain
-// integers under the shard lock; [Scheduler.Stats] sums them. The Recorder is called
-// after the lock is released.
+// [Table] has 64 shards (fewer for caps under 1,024), each with a mutex, an
+// open-addressing index, a slab of 48-byte entries, an intrusive LRU list per distinct
+// TTL and a bindings list per backend; backends are numbered table-wide. The details,
+// and what a hit and a miss each touch, are in docs/table-layout.md of the repository.
 package affinity
