@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/agentserve/sessionaffinity/health"
 	"github.com/agentserve/sessionaffinity/hrw"
 	"github.com/agentserve/sessionaffinity/metrics"
 )
@@ -377,7 +378,18 @@ func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendL
 		pl.boundOver = true
 		return pl
 	}
-	pl, err := s.walk(kh, cands, units, ci)
+	// The walk with the hit's candidate as the bound, its fast path written out here: a
+	// placement is too large for registers, and each call level that returns one copies
+	// it through the stack (most of a busy hit's cost at 8 candidates).
+	if es := s.ld.cands.list(cands); es != nil {
+		if sp, ok := s.stayFast(kh, cands, es, units, ci); ok {
+			if !sp.over || sp.w < 0 || float64(sp.boundLoad-sp.load) <= s.ld.p.weight*float64(rp) {
+				return stay
+			}
+			return placement{w: sp.w, st: health.Healthy, bl: es[sp.w].bl, load: sp.load, boundLoad: sp.boundLoad, boundOver: true}
+		}
+	}
+	pl, err := s.walkFull(kh, cands, units, ci)
 	if err != nil || !pl.boundOver || pl.w < 0 {
 		return stay
 	}

@@ -80,8 +80,14 @@ func (s *Scheduler) walk(kh uint64, cands []Backend, units int64, bound int) (pl
 			if w, load, ok := s.placeFast(kh, cands, es, units); ok {
 				return placement{w: w, st: health.Healthy, bl: es[w].bl, load: load}, nil
 			}
-		} else if load, ok := s.stayFast(cands, es, units, bound); ok {
-			return placement{w: -1, boundLoad: load}, nil
+		} else if sp, ok := s.stayFast(kh, cands, es, units, bound); ok {
+			pl := placement{w: sp.w, boundLoad: sp.boundLoad, boundOver: sp.over}
+			if !sp.over {
+				pl.w = -1
+			} else if sp.w >= 0 {
+				pl.st, pl.bl, pl.load = health.Healthy, es[sp.w].bl, sp.load
+			}
+			return pl, nil
 		}
 	}
 	return s.walkFull(kh, cands, units, bound)

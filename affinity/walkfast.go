@@ -12,14 +12,15 @@ import (
 //     and some Healthy one is under the bound, the best-ranked of those (largest m,
 //     unique) — the first of the ranking under the bound (placeFast: its index w, a
 //     Healthy backend, and its load);
-//   - a hit on a Healthy candidates[bound] whose backend is under the bound, the
-//     candidates having one weight: it stays (stayFast: its load; the placement w = -1,
-//     boundOver false).
+//   - a hit on a Healthy candidates[bound], the candidates having one weight: it stays
+//     when its backend is under the bound (stayFast: its load; the placement w = -1,
+//     boundOver false), else stayFast also finds the spill target, the best-ranked
+//     backend ranked after the hit's that is under the bound (w = -1 when none is).
 //
 // Both compute the bound of equal weights only (balance_factor x (total + units) / n,
 // the same expression as walkIn). Anything else — a candidate that differs from es,
 // weights that differ (the weighted bound of rule 15), a tie of the rank keys, no
-// Healthy candidate, none under the bound, the hit's backend over it — reports ok =
+// Healthy candidate, none under the bound (placing) — reports ok =
 // false and walkFull decides by the same rules over its full scratch; where
 // these answer, walkFull answers the same for the same load view. They return scalars,
 // not a placement, so that no struct is copied through the stack on the way back. Cost
@@ -188,19 +189,63 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 	return n, total, true
 }
 
-func (s *Scheduler) stayFast(cands []Backend, es []candEntry, units int64, bound int) (load int64, ok bool) {
+func (s *Scheduler) stayFast(kh uint64, cands []Backend, es []candEntry, units int64, bound int) (sp spillFast, ok bool) {
 	if len(cands) > walkInline {
-		return 0, false
+		return sp, false
 	}
-	var loads [walkInline]int64
-	n, total, ok := s.fastLoads(cands, es, loads[:len(cands)], nil, 0)
+	var la [walkInline]int64
+	loads := la[:len(cands)]
+	n, total, ok := s.fastLoads(cands, es, loads, nil, 0)
 	if !ok || n == 0 || loads[bound] < 0 { // no Healthy candidate, or the hit's is not
-		return 0, false
+		return sp, false
 	}
-	load = loads[bound]
+	sp.boundLoad = loads[bound]
 	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	if load != 0 && float64(load+units) > limit {
-		return 0, false
+	if load := sp.boundLoad; load == 0 || float64(load+units) <= limit {
+		return sp, true // under the bound: it stays, no ranking needed
 	}
-	return load, true
+	// Over the bound: the first backend ranked after the hit's that is under the bound
+	// is the best-ranked of those, ranked by the top 31 bits of the mid value as in
+	// placeFast. A candidate whose top bits equal the hit's (the full order decides which
+	// comes first), or two targets sharing the best top bits, decline to walkFull.
+	sp.over, sp.w = true, -1
+	lim := int64(1 << 62) // as in placeFast: load+units <= limit exactly when <= floor(limit)
+	if limit < 1<<62 {
+		lim = int64(limit)
+	}
+	kp, c := premix(kh), newMixer()
+	tb := c.mid(kp^cands[bound].pre) & c.hi
+	bt, tv := uint64(0), uint64(1)
+	for i, load := range loads {
+		if load < 0 || i == bound {
+			continue // not eligible (or a later copy of an ID), or the hit's own
+		}
+		t := c.mid(kp^cands[i].pre)&c.hi | 1 // never 0
+		if t&^1 == tb {
+			return sp, false
+		}
+		if t > tb || (load != 0 && load+units > lim) {
+			continue // ranked before the hit's backend, or over the bound
+		}
+		if t == bt {
+			tv = t
+		}
+		if t > bt {
+			sp.w, sp.load = i, load
+		}
+		bt = max(bt, t)
+	}
+	if sp.w >= 0 && tv == bt {
+		return sp, false
+	}
+	return sp, true
+}
+
+// spillFast is stayFast's answer: the hit's backend's load (boundLoad) and whether it is
+// over the bound; when it is, the spill target w (-1: none under the bound ranked after
+// it) and the target's load. Four words: the compiler keeps it in registers.
+type spillFast struct {
+	w               int
+	load, boundLoad int64
+	over            bool
 }

@@ -72,3 +72,94 @@ func TestPlaceFastTopTies(t *testing.T) {
 		})
 	}
 }
+
+// TestStayFastSpillTopTies: over the bound, stayFast returns the spill target — the
+// best-ranked candidate under the bound among those ranked after the hit's backend —
+// ranking by the top 31 bits of the mid value, and declines whenever the top bits cannot
+// settle the order: another candidate shares the hit's top bits, or two targets share the
+// best. Under the bound it stays. Premixed hashes set directly, as in
+// TestPlaceFastTopTies.
+func TestStayFastSpillTopTies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 17))
+	const factor, units = 1.25, 100
+	for _, n := range []int{2, 3, 8, 64} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			var stayed, spilled, none, declined int
+			for trial := range 400 {
+				s, err := New(Config{Load: LoadConfig{BalanceFactor: factor, SpillCostWeight: SpillWeight(1)}})
+				require.NoError(t, err)
+				cands := make([]Backend, n)
+				es := make([]candEntry, n)
+				loads := make([]int64, n)
+				var total int64
+				for i := range cands {
+					cands[i] = MustBackend(fmt.Sprintf("t%d-b%d", trial, i), "", 1)
+					bl := s.ld.loads.get(cands[i].node.ID(), cands[i].node.Hash())
+					es[i] = candEntry{id: cands[i].node.ID(), bl: bl}
+					if rng.IntN(4) > 0 {
+						loads[i] = int64(1 + rng.IntN(3000))
+						bl.add(loads[i])
+					}
+					total += loads[i]
+				}
+				bound := rng.IntN(n)
+				kh := rng.Uint64()
+				kp := premix(kh)
+				tops := make([]uint64, n)
+				for i := range cands {
+					tops[i] = rng.Uint64() >> 33
+					if i > 0 && rng.IntN(5) == 0 { // share an earlier candidate's top bits
+						tops[i] = tops[rng.IntN(i)]
+					}
+					cands[i].pre = kp ^ unmid(tops[i]<<33|rng.Uint64()&low33)
+				}
+				limit := factor * float64(total+units) / float64(n)
+				under := func(i int) bool { return loads[i] == 0 || float64(loads[i]+units) <= limit }
+				sp, ok := s.stayFast(kh, cands, es, units, bound)
+				if under(bound) {
+					require.True(t, ok, "trial %d", trial)
+					require.False(t, sp.over)
+					require.Equal(t, loads[bound], sp.boundLoad)
+					stayed++
+					continue
+				}
+				best, tie, undecided := -1, false, false
+				for i := range cands {
+					if i == bound {
+						continue
+					}
+					if tops[i] == tops[bound] {
+						undecided = true
+					}
+					if tops[i] > tops[bound] || !under(i) {
+						continue
+					}
+					switch {
+					case best < 0 || tops[i] > tops[best]:
+						best, tie = i, false
+					case tops[i] == tops[best]:
+						tie = true
+					}
+				}
+				if undecided || (best >= 0 && tie) {
+					require.False(t, ok, "trial %d", trial)
+					declined++
+					continue
+				}
+				require.True(t, ok, "trial %d", trial)
+				require.True(t, sp.over)
+				require.Equal(t, loads[bound], sp.boundLoad)
+				require.Equal(t, best, sp.w, "trial %d", trial)
+				if best < 0 {
+					none++
+					continue
+				}
+				require.Equal(t, loads[best], sp.load)
+				spilled++
+			}
+			t.Logf("stayed %d, spill target %d, none %d, declined %d", stayed, spilled, none, declined)
+			require.Positive(t, spilled)
+			require.Positive(t, declined)
+		})
+	}
+}
