@@ -74,7 +74,9 @@ type Store interface {
 }
 
 // StoreForgetIf is an optional extension of [Store]: a compare-and-delete, used by
-// [Scheduler.ForgetIf]. A Store without it is asked to Forget instead (unconditionally).
+// [Scheduler.ForgetIf], also when the calling replica holds no binding of the key. A Store
+// without it is asked to Forget instead (unconditionally), and only when the calling
+// replica's own binding matched.
 type StoreForgetIf interface {
 	// ForgetIf deletes the binding of key only if it is bound to backendID, then tells
 	// every replica's Watch function (with backendID ""), and reports whether it deleted;
