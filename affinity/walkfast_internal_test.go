@@ -21,32 +21,7 @@ func TestPlaceFastTopTies(t *testing.T) {
 	for _, n := range []int{2, 3, 8, 64} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			for trial := range 300 {
-				s, err := New(Config{Load: LoadConfig{BalanceFactor: factor, SpillCostWeight: SpillWeight(1)}})
-				require.NoError(t, err)
-				cands := make([]Backend, n)
-				es := make([]candEntry, n)
-				loads := make([]int64, n)
-				var total int64
-				for i := range cands {
-					cands[i] = MustBackend(fmt.Sprintf("t%d-b%d", trial, i), "", 1)
-					bl := s.ld.loads.get(cands[i].node.ID(), cands[i].node.Hash())
-					es[i] = candEntry{id: cands[i].node.ID(), bl: bl}
-					if rng.IntN(3) > 0 { // a third idle: always under the bound
-						loads[i] = int64(1 + rng.IntN(2000))
-						bl.add(loads[i])
-					}
-					total += loads[i]
-				}
-				kh := rng.Uint64()
-				kp := premix(kh)
-				tops := make([]uint64, n)
-				for i := range cands {
-					tops[i] = rng.Uint64() >> 33
-					if i > 0 && rng.IntN(4) == 0 { // share an earlier candidate's top bits
-						tops[i] = tops[rng.IntN(i)]
-					}
-					cands[i].pre = kp ^ unmid(tops[i]<<33|rng.Uint64()&low33)
-				}
+				s, cands, es, loads, total, kh, tops := tieFixture(t, rng, n, trial, 3, 2000, 4)
 				limit := factor * float64(total+units) / float64(n)
 				best, tie := -1, false
 				for i, l := range loads {
@@ -86,33 +61,8 @@ func TestStayFastSpillTopTies(t *testing.T) {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			var stayed, spilled, none, declined int
 			for trial := range 400 {
-				s, err := New(Config{Load: LoadConfig{BalanceFactor: factor, SpillCostWeight: SpillWeight(1)}})
-				require.NoError(t, err)
-				cands := make([]Backend, n)
-				es := make([]candEntry, n)
-				loads := make([]int64, n)
-				var total int64
-				for i := range cands {
-					cands[i] = MustBackend(fmt.Sprintf("t%d-b%d", trial, i), "", 1)
-					bl := s.ld.loads.get(cands[i].node.ID(), cands[i].node.Hash())
-					es[i] = candEntry{id: cands[i].node.ID(), bl: bl}
-					if rng.IntN(4) > 0 {
-						loads[i] = int64(1 + rng.IntN(3000))
-						bl.add(loads[i])
-					}
-					total += loads[i]
-				}
+				s, cands, es, loads, total, kh, tops := tieFixture(t, rng, n, trial, 4, 3000, 5)
 				bound := rng.IntN(n)
-				kh := rng.Uint64()
-				kp := premix(kh)
-				tops := make([]uint64, n)
-				for i := range cands {
-					tops[i] = rng.Uint64() >> 33
-					if i > 0 && rng.IntN(5) == 0 { // share an earlier candidate's top bits
-						tops[i] = tops[rng.IntN(i)]
-					}
-					cands[i].pre = kp ^ unmid(tops[i]<<33|rng.Uint64()&low33)
-				}
 				limit := factor * float64(total+units) / float64(n)
 				under := func(i int) bool { return loads[i] == 0 || float64(loads[i]+units) <= limit }
 				sp, ok := s.stayFast(kh, cands, es, units, bound)
@@ -162,4 +112,37 @@ func TestStayFastSpillTopTies(t *testing.T) {
 			require.Positive(t, declined)
 		})
 	}
+}
+
+// tieFixture builds one trial of the top-tie tests: a Scheduler with load awareness on
+// (balance_factor 1.25), n candidates with their remembered entries, loads leased on all
+// but one in idleOneIn (each 1 to maxLoad tokens; total is their sum), a key hash kh and
+// each candidate's top 31 bits of its mid value (tops), one in shareOneIn copying an
+// earlier candidate's so that ties occur; the premixed hashes are set to give those bits.
+func tieFixture(t *testing.T, rng *rand.Rand, n, trial, idleOneIn, maxLoad, shareOneIn int) (s *Scheduler, cands []Backend, es []candEntry, loads []int64, total int64, kh uint64, tops []uint64) {
+	t.Helper()
+	s, err := New(Config{Load: LoadConfig{BalanceFactor: 1.25, SpillCostWeight: SpillWeight(1)}})
+	require.NoError(t, err)
+	cands, es, loads = make([]Backend, n), make([]candEntry, n), make([]int64, n)
+	for i := range cands {
+		cands[i] = MustBackend(fmt.Sprintf("t%d-b%d", trial, i), "", 1)
+		bl := s.ld.loads.get(cands[i].node.ID(), cands[i].node.Hash())
+		es[i] = candEntry{id: cands[i].node.ID(), bl: bl}
+		if rng.IntN(idleOneIn) > 0 { // the others idle: always under the bound
+			loads[i] = int64(1 + rng.IntN(maxLoad))
+			bl.add(loads[i])
+		}
+		total += loads[i]
+	}
+	kh = rng.Uint64()
+	kp := premix(kh)
+	tops = make([]uint64, n)
+	for i := range cands {
+		tops[i] = rng.Uint64() >> 33
+		if i > 0 && rng.IntN(shareOneIn) == 0 { // share an earlier candidate's top bits
+			tops[i] = tops[rng.IntN(i)]
+		}
+		cands[i].pre = kp ^ unmid(tops[i]<<33|rng.Uint64()&low33)
+	}
+	return s, cands, es, loads, total, kh, tops
 }
