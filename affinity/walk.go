@@ -234,7 +234,7 @@ func (s *Scheduler) walkIn(kh uint64, cands []Backend, units int64, bound int, w
 	// the expression of every release before weights counted, so that equal weights
 	// place bit for bit as before; weights that differ among the eligible candidates,
 	// candidate i's share balance_factor x (total + units) x w_i / W (wsum = W > 0).
-	limit := s.ld.p.factor * float64(total+units) / float64(n)
+	limit, _ := s.ld.p.equalBound(total, units, n)
 	wsum := 0.0
 	if varied {
 		if wsum = eligibleWeights(cands, w.st, want); wsum != 0 {

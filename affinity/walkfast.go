@@ -54,13 +54,8 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 	// another under the bound shares them (tv == bt; m may still differ): walkFull
 	// decides those, about n·2^-31 of the keys. A loop of conditional moves: whether a
 	// candidate is under the bound is as unpredictable as its load. A candidate's load
-	// plus units is an integer below 2^53, so it is <= limit exactly when it is <=
-	// floor(limit) (lim, clamped where every load is under it).
-	limit := s.ld.p.factor * float64(total+units) / float64(n)
-	lim := int64(1 << 62)
-	if limit < 1<<62 {
-		lim = int64(limit)
-	}
+	// plus units is an integer below 2^53, so the integer bound lim settles it.
+	_, lim := s.ld.p.equalBound(total, units, n)
 	if load := loads[bi]; !tie && (load == 0 || load+units <= lim) {
 		// The HRW winner is under the bound (the common case): it is the answer.
 		return bi, load, true
@@ -127,28 +122,20 @@ func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, k
 // bound is then per candidate, rule 15: walkFull applies it). With tops (placing),
 // tops[i] is set to the rank key of each counted
 // candidate: the top 31 bits of the mid value of splitmix64 for kp = premix(key hash)
-// (pickequal.go). Without the drain model and with every backend Healthy (the common
-// case) its loop calls nothing, so it keeps its state in registers.
+// (pickequal.go); placing in the common case (no drain model, every backend Healthy)
+// takes placeLoads instead. Without tops, in that common case, its loop calls nothing,
+// so it keeps its state in registers.
 func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, kp uint64) (n int, total int64, ok bool) {
 	q := &s.ld.p
-	place := tops != nil
 	w0 := cands[0].wbits
 	es, loads = es[:len(cands)], loads[:len(cands)]
-	if place {
-		tops = tops[:len(cands)]
-	}
-	c := newMixer()
-	if q.drainRate == 0 && s.health.AllHealthy() {
+	if tops == nil && q.drainRate == 0 && s.health.AllHealthy() { // placing has placeLoads
 		for i := range cands {
-			b := &cands[i]
-			e := &es[i]
+			b, e := &cands[i], &es[i]
 			if !e.matches(&b.node) || b.wbits != w0 {
 				return 0, 0, false
 			}
 			loads[i] = -1
-			if place {
-				tops[i] = 0
-			}
 			if e.bl == nil { // a later copy of an ID
 				continue
 			}
@@ -157,22 +144,22 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 			loads[i] = load
 			n++
 			total += load
-			if place {
-				tops[i] = c.mid(kp^b.pre)&c.hi | 1 // never 0
-			}
 		}
 		return n, total, true
 	}
+	if tops != nil {
+		tops = tops[:len(cands)]
+	}
+	c := newMixer()
 	now := s.drainNow()
 	allHealthy := s.health.AllHealthy()
 	for i := range cands {
-		b := &cands[i]
-		e := &es[i]
+		b, e := &cands[i], &es[i]
 		if !e.matches(&b.node) || b.wbits != w0 {
 			return 0, 0, false
 		}
 		loads[i] = -1
-		if place {
+		if tops != nil {
 			tops[i] = 0
 		}
 		if e.bl == nil || (!allHealthy && s.health.State(b.node.ID()) != health.Healthy) {
@@ -182,7 +169,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 		loads[i] = load
 		n++
 		total += load
-		if place {
+		if tops != nil {
 			tops[i] = c.mid(kp^b.pre)&c.hi | 1 // never 0
 		}
 	}
@@ -200,7 +187,7 @@ func (s *Scheduler) stayFast(kh uint64, cands []Backend, es []candEntry, units i
 		return sp, false
 	}
 	sp.boundLoad = loads[bound]
-	limit := s.ld.p.factor * float64(total+units) / float64(n)
+	limit, lim := s.ld.p.equalBound(total, units, n)
 	if load := sp.boundLoad; load == 0 || float64(load+units) <= limit {
 		return sp, true // under the bound: it stays, no ranking needed
 	}
@@ -209,10 +196,6 @@ func (s *Scheduler) stayFast(kh uint64, cands []Backend, es []candEntry, units i
 	// placeFast. A candidate whose top bits equal the hit's (the full order decides which
 	// comes first), or two targets sharing the best top bits, decline to walkFull.
 	sp.over, sp.w = true, -1
-	lim := int64(1 << 62) // as in placeFast: load+units <= limit exactly when <= floor(limit)
-	if limit < 1<<62 {
-		lim = int64(limit)
-	}
 	kp, c := premix(kh), newMixer()
 	tb := c.mid(kp^cands[bound].pre) & c.hi
 	bt, tv := uint64(0), uint64(1)
@@ -248,4 +231,18 @@ type spillFast struct {
 	w               int
 	load, boundLoad int64
 	over            bool
+}
+
+// equalBound returns the bound of candidates of one weight, balance_factor x (total +
+// units) / n (rule 15), as a float (the expression of every release, so placements stay
+// bit for bit the same) and as lim, its floor clamped to 2^62: a load plus units (an
+// integer below 2^53) is <= limit exactly when it is <= lim, which lets the fast loops
+// compare integers. n > 0. O(1).
+func (p *loadParams) equalBound(total, units int64, n int) (limit float64, lim int64) {
+	limit = p.factor * float64(total+units) / float64(n)
+	lim = 1 << 62 // every load is under such a bound
+	if limit < 1<<62 {
+		lim = int64(limit)
+	}
+	return limit, lim
 }
