@@ -203,15 +203,11 @@ func (t *Table) Touch(sessionID, tier string) (backendID string, ok bool) {
 // entry (as read, before a touch), sliding its TTL when touch is set, all under the
 // shard's lock.
 func (t *Table) get(sessionID, tier string, touch bool) (string, entry, bool) {
-	if t.checkKey(sessionID, tier) != nil {
+	sh, i, _, now, ok := t.lockKey(sessionID, tier)
+	if !ok {
 		return "", entry{}, false
 	}
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	now := t.clock.now()
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i == 0 {
 		return "", entry{}, false
 	}
@@ -224,6 +220,21 @@ func (t *Table) get(sessionID, tier string, touch bool) (string, entry, bool) {
 		sh.touch(i, e, now)
 	}
 	return sh.idOf(e.slot), cp, true
+}
+
+// lockKey is the start Get, Touch, Delete and deleteIf share: it checks the key, locks
+// the shard of (sessionID, tier) and finds its entry i (0: none stored), also returning
+// the key's hash and a clock reading taken before the lock. ok is false for an invalid
+// key, and then nothing is locked; otherwise the caller unlocks sh.mu.
+func (t *Table) lockKey(sessionID, tier string) (sh *shard, i uint32, kh uint64, now int64, ok bool) {
+	if t.checkKey(sessionID, tier) != nil {
+		return nil, 0, 0, 0, false
+	}
+	kh = hrw.KeyHash(sessionID)
+	sh = t.shardFor(kh)
+	now = t.clock.now()
+	sh.mu.Lock()
+	return sh, sh.idx.find(sh, uint32(kh), tier, sessionID), kh, now, true
 }
 
 // Bind binds (sessionID, tier) to backendID with lastUse = now, replacing any binding of
@@ -262,14 +273,11 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 // Delete removes the binding of (sessionID, tier), expired or not, and reports whether
 // one was there. Counts nothing. Cost: one lock, 0 allocs.
 func (t *Table) Delete(sessionID, tier string) bool {
-	if t.checkKey(sessionID, tier) != nil {
+	sh, i, _, _, ok := t.lockKey(sessionID, tier)
+	if !ok {
 		return false
 	}
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i != 0 {
 		sh.remove(i)
 	}
@@ -281,15 +289,14 @@ func (t *Table) Delete(sessionID, tier string) bool {
 // there is no valid binding of the key (absent: none stored, or an expired one). Invalid
 // arguments (an empty backendID included) give neither.
 func (t *Table) deleteIf(sessionID, tier, backendID string) (deleted, absent bool) {
-	if backendID == "" || t.checkKey(sessionID, tier) != nil {
+	if backendID == "" {
 		return false, false
 	}
-	kh := hrw.KeyHash(sessionID)
-	sh := t.shardFor(kh)
-	now := t.clock.now()
-	sh.mu.Lock()
+	sh, i, kh, now, ok := t.lockKey(sessionID, tier)
+	if !ok {
+		return false, false
+	}
 	defer sh.mu.Unlock()
-	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i == 0 {
 		return false, true
 	}
