@@ -358,10 +358,11 @@
 //     are scored in place by hrw's own equal-weight loops (one mix each, of the premixed
 //     node hash and the weight bits each Backend carries), mixed weights are ranked from
 //     a stack copy (up to 64) or a pooled slice (more). Amortized growth (a shard's
-//     entry chunks and index, the pool after a GC) and the first binding to a backend in
-//     a shard (which interns its ID) allocate too.
+//     entry chunks and index, the pool after a GC, a shard's per-backend arrays) and the
+//     first binding to a backend new to the table (which copies its ID into the
+//     registry) allocate too.
 //   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, the writes
-//     that fill the caller's Lease and one compare-and-swap on it (0 allocs). With load
+//     that fill the caller's Lease and one atomic swap on it in Done (0 allocs). With load
 //     awareness on, a miss and a hit on a busy backend also read every candidate's load
 //     (O(len(candidates)) atomic loads, no sort; the hit does it under its shard lock); a
 //     hit on an idle backend reads one. The load records of a candidate list seen

@@ -16,8 +16,9 @@ import "sync/atomic"
 // at most this cost; with the drain model what the backend is expected to retain after
 // the parent's idle time): the hint applies when that backend is idle, when its wait is
 // at most spill_cost_weight x that prefix, or when it is under the bound, this request
-// counted. Otherwise, and at any load when that prefix is 0 (the parent's last hit
-// reported its cache lost), the hint is declined: not counted anywhere, the call is
+// counted. Otherwise, and on a busy backend (any load above 0) when that prefix is 0 (the
+// parent's last hit reported its cache lost, or with the drain model none of it is
+// expected to be retained), the hint is declined: not counted anywhere, the call is
 // exactly Acquire (the bounded-load walk along the child's own ranking, PlacedHRW; the
 // child had no binding, so nothing is broken). Rule 21 of the package documentation
 // states it. With load awareness off, or spill disabled, the parent placement does not
@@ -27,8 +28,8 @@ import "sync/atomic"
 // concurrent use (on different Leases); the parent's backend ID and reprefill inputs are
 // read together under the parent's shard lock, and the loads the guard reads may change
 // before the lease is taken, as for any placement. Cost: SelectBackendWithParent's plus
-// the lease; with the guard, a lock-free load-record lookup and the backend's load view
-// (atomic loads; with the drain model a clock read), and only when that backend's wait
+// the lease; with the guard, a clock read, a lock-free load-record lookup and the
+// backend's load view (atomic loads), and only when that backend's wait
 // exceeds spill_cost_weight x the prefix one bounded-load walk over the candidates
 // (O(len(candidates)), as Acquire's); a declined hint then costs Acquire as well.
 func (s *Scheduler) AcquireWithParent(sessionID, parentSessionID, tier string, candidates []Backend, cost int64, l *Lease) (Placement, error) {

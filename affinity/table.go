@@ -241,8 +241,10 @@ func (t *Table) lockKey(sessionID, tier string) (sh *shard, i uint32, kh uint64,
 // that key (the replaced binding is not counted). For a tier whose TTL is 0 it stores
 // nothing and returns nil. Errors: ErrEmptySessionID, ErrSessionIDTooLong, ErrTierTooLong,
 // ErrInvalidBackend (empty backendID). Cost: O(1) amortized; one allocation (the key)
-// for every binding stored, new or replacing, plus amortized slab/index growth and a copy
-// of backendID when it is new to the shard; hashes sessionID and backendID. At the cap it
+// for every binding stored, new or replacing, plus amortized slab/index growth, a copy
+// of backendID when it is new to the table (its registry entry) and growth of the shard's
+// per-backend arrays when a new backend number reaches them; hashes sessionID and
+// backendID. At the cap it
 // evicts (and reports to the Recorder) one binding.
 func (t *Table) Bind(sessionID, tier, backendID string) error {
 	if err := t.checkKey(sessionID, tier); err != nil {

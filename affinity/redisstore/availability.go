@@ -41,8 +41,8 @@ func rejection(err error) string {
 // default: it may open a connection, with TLS and AUTH) or ctx's deadline if sooner;
 // call it at startup. It returns nil, an error wrapping [ErrRejected] and
 // [ErrInvalidConfig] when the server refuses the credentials or the database number (a
-// configuration error), or the connection error (unreachable, timed out: the Store
-// keeps retrying in the background). The outcome counts for the availability log of
+// configuration error), [ErrClosed] after Close, or the connection error (unreachable,
+// timed out: the Store keeps retrying in the background). The outcome counts for the availability log of
 // [WithLogger].
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
@@ -61,8 +61,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // WithLogger logs the Store's availability changes on l: one WARN when a call to Redis
 // fails after calls succeeded ("redisstore: Redis unavailable", with the op and the
 // error), one INFO when a call succeeds again after failures ("redisstore: Redis
-// The first outcome after [New] is not logged: check Redis with [Store.Ping] at startup
-// and report that result. A call cancelled by its caller or by Close is no outcome.
+// available again: bindings are shared", with the op); never one line per failed call.
+// Safe for concurrent use (the transitions are decided atomically). The first outcome
+// after [New] is not logged: check Redis with [Store.Ping] at startup and report that
+// result. A call cancelled by its caller or by Close is no outcome.
 // nil: nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
@@ -105,8 +107,8 @@ func (s *Store) observe(op string, err error) {
 // once, e.g. redis.SetLogger(redisstore.PrintfLogger{Logger: l, Level: slog.LevelDebug}).
 // Safe for concurrent use if Logger is. A nil Logger discards.
 type PrintfLogger struct {
-	Logger *slog.Logger
-	Level  slog.Level
+	Logger *slog.Logger // where the records go; nil discards every message
+	Level  slog.Level   // the records' level; the zero value is slog.LevelInfo
 }
 
 // Printf logs one go-redis message.

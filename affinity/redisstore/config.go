@@ -43,7 +43,7 @@ const (
 	// DefaultRetryAfterSeconds: how long a Scheduler decides alone after a failed call.
 	DefaultRetryAfterSeconds = 1.0
 	// DefaultDialTimeoutSeconds bounds a (re)connection attempt of the background work
-	// (subscription, refreshes).
+	// (subscription, refreshes) and the whole of [Store.Ping].
 	DefaultDialTimeoutSeconds = 1.0
 )
 
@@ -82,9 +82,9 @@ type Config struct {
 	// RetryAfterSeconds: after a failed call the Scheduler leaves the store alone this
 	// long, in seconds; 0 means DefaultRetryAfterSeconds (1).
 	RetryAfterSeconds float64 `yaml:"retry_after_seconds" json:"retry_after_seconds"`
-	// DialTimeoutSeconds bounds a connection attempt, in seconds; 0 means
-	// DefaultDialTimeoutSeconds (1). Request-path calls are bounded by TimeoutSeconds
-	// whatever this value.
+	// DialTimeoutSeconds bounds a connection attempt, in seconds, and the whole of
+	// [Store.Ping] (which may open a connection); 0 means DefaultDialTimeoutSeconds (1).
+	// Request-path calls are bounded by TimeoutSeconds whatever this value.
 	DialTimeoutSeconds float64 `yaml:"dial_timeout_seconds" json:"dial_timeout_seconds"`
 }
 

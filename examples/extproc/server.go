@@ -49,7 +49,8 @@ const (
 )
 
 // ErrUnsupportedMode is returned (as gRPC Unimplemented) when the data plane announces a
-// request body mode other than FULL_DUPLEX_STREAMED, BUFFERED or NONE.
+// request body mode other than FULL_DUPLEX_STREAMED or BUFFERED (NONE included: the
+// picker needs the body), or a response body mode other than those two or NONE.
 var ErrUnsupportedMode = errors.New("extproc: unsupported body send mode")
 
 // ErrEndpointHost is returned by [New] when a backend's URL host is a name rather than

@@ -16,7 +16,8 @@ func (g *Gateway) ReserveBytes(n int64) bool {
 }
 
 // ReleaseBytes returns n bytes taken with [Gateway.ReserveBytes]; n <= 0 does nothing.
-// Safe for concurrent use.
+// Return exactly what was reserved: an extra release loosens limits.max_inflight_bytes
+// until reservations make up for it. Safe for concurrent use; O(1), no allocation.
 func (g *Gateway) ReleaseBytes(n int64) {
 	if n > 0 {
 		g.limits.bytes.Add(-n)
@@ -30,6 +31,7 @@ func (g *Gateway) AcquireRequest() bool {
 	return take(&g.limits.reqs, 1, g.state().cfg.Limits.MaxInflightRequests)
 }
 
-// ReleaseRequest returns a request slot taken with [Gateway.AcquireRequest]. Safe for
-// concurrent use.
+// ReleaseRequest returns a request slot taken with [Gateway.AcquireRequest], once per
+// slot: a release without its AcquireRequest lowers the count below the real number
+// and loosens limits.max_inflight_requests. Safe for concurrent use; O(1), no allocation.
 func (g *Gateway) ReleaseRequest() { g.limits.reqs.Add(-1) }

@@ -120,8 +120,9 @@ func take(c *atomic.Int64, n, limit int64) bool {
 
 // InFlight returns the proxied requests (counted once their body is read, see
 // [LimitsConfig.MaxInflightRequests]) and the reserved bytes in flight now (request
-// bodies, including those still arriving, and buffered responses, see [LimitsConfig]).
-// Safe for concurrent use.
+// bodies, including those still arriving, and buffered responses, see [LimitsConfig]),
+// both including what embedders hold through [Gateway.AcquireRequest] and
+// [Gateway.ReserveBytes] (the Envoy ext_proc picker). Safe for concurrent use; O(1).
 func (g *Gateway) InFlight() (requests, bytes int64) {
 	return g.limits.reqs.Load(), g.limits.bytes.Load()
 }

@@ -50,7 +50,9 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     cut to the new TTL; a tier whose TTL becomes 0 loses its bindings; a lower
 //     max_bindings keeps the most recently used (each binding is copied once, and each
 //     one left out is counted once as an eviction; the log's bindings_copied is how many
-//     the new table holds); the new
+//     the new table held after the snapshot copy plus the late bindings stored after it,
+//     each of which at the cap evicts an older one, so at the cap it can exceed what the
+//     table holds); the new
 //     Scheduler's Stats count from the reload on (the Prometheus counters continue),
 //     and the outstanding-load gauges keep counting the old one's requests until they
 //     end (outstanding.go);
