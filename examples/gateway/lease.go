@@ -41,7 +41,7 @@ func (st *route) setOutcome(h http.Header) {
 	}
 	st.mu.Unlock()
 	if o != 0 {
-		h[HeaderOutcome] = st.headerSlot(2, o.String()) // canonical already
+		h[HeaderOutcome] = st.headerSlot(slotOutcome, o.String()) // canonical already
 	}
 }
 

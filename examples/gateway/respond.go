@@ -6,16 +6,23 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"strconv"
+	"strings"
 )
 
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	st := routeFrom(pr.In.Context())
 	b, _ := st.current()
 	pr.SetURL(b.url)
-	pr.SetXForwarded()
+	st.setXForwarded(pr)
+	if _, ok := pr.Out.Header["User-Agent"]; !ok {
+		// What ReverseProxy would set after rewrite (no Go default User-Agent), in a slot.
+		pr.Out.Header["User-Agent"] = st.headerSlot(slotUserAgent, "")
+	}
 	// The body is already read in full (the gateway answered the client's Expect:
 	// 100-continue itself, when it read it): asking the backend for a 100 as well would
 	// relay a second "100 Continue" to the client. Canonical key: no canonicalization.
@@ -34,6 +41,27 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
+// setXForwarded sets the X-Forwarded-For, X-Forwarded-Host and X-Forwarded-Proto
+// headers of pr.Out as httputil.ProxyRequest.SetXForwarded does, with their values in
+// st's header slots instead of three new slices.
+func (st *route) setXForwarded(pr *httputil.ProxyRequest) {
+	h := pr.Out.Header
+	if clientIP, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		if prior := h["X-Forwarded-For"]; len(prior) > 0 { // ReverseProxy removed the client's: not reached
+			clientIP = strings.Join(prior, ", ") + ", " + clientIP
+		}
+		h["X-Forwarded-For"] = st.headerSlot(slotForwardedFor, clientIP)
+	} else {
+		delete(h, "X-Forwarded-For")
+	}
+	h["X-Forwarded-Host"] = st.headerSlot(slotForwardedHost, pr.In.Host)
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	h["X-Forwarded-Proto"] = st.headerSlot(slotForwardedProto, proto)
+}
+
 func (g *Gateway) modifyResponse(resp *http.Response) error {
 	st := routeFrom(resp.Request.Context())
 	if st == nil {
@@ -42,8 +70,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	b, hit := st.current()
 	// Canonical keys assigned directly: no canonicalization per response. The values live
 	// in st (headerSlot): ReverseProxy copies them into the client's header map.
-	resp.Header[HeaderBackend] = st.headerSlot(0, b.id)
-	resp.Header[HeaderAffinityHit] = st.headerSlot(1, strconv.FormatBool(hit))
+	resp.Header[HeaderBackend] = st.headerSlot(slotBackend, b.id)
+	resp.Header[HeaderAffinityHit] = st.headerSlot(slotHit, strconv.FormatBool(hit))
 	st.setOutcome(resp.Header)
 	st.forgetNewBinding(g, b, resp.StatusCode)
 	if leaseTunnel(st, resp) { // 101 Switching Protocols (tunnel.go)
@@ -51,6 +79,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	}
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
+		st.handOver(resp.Header)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
 	pool := &g.bufs
@@ -62,6 +91,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
 		wrapLease(st, resp, nil)
+		st.handOver(resp.Header)
 		return nil
 	}
 	if err != nil {
@@ -92,9 +122,41 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.Body = pb
 	wrapLease(st, resp, &u)
 	resp.ContentLength = int64(len(out))
-	resp.Header["Content-Length"] = st.headerSlot(3, strconv.Itoa(len(out)))
+	resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil
+	st.handOver(resp.Header)
 	return nil
+}
+
+// handOver moves the fields of src, a response's header that ModifyResponse accepts,
+// into the client's header map, where httputil.ReverseProxy would copy them next with
+// one Header.Add — a new one-value slice — per value. It does what that copy does
+// (canonical keys, values appended to any already there, fields without values not
+// created), with the response's own slices. Content-Type stays in src: ReverseProxy
+// reads it after ModifyResponse (an event stream is flushed on every write) and copies
+// it itself. Call it last: src has lost the other fields afterwards. Not for a 101,
+// whose header ReverseProxy forwards itself, nor for a response ModifyResponse rejects,
+// whose header must not reach the client.
+func (st *route) handOver(src http.Header) {
+	if st.ow.ResponseWriter == nil {
+		return // not served through ServeHTTP (a test's route): ReverseProxy copies them
+	}
+	dst := st.ow.Header()
+	for k, vv := range src {
+		if k == "Content-Type" {
+			continue
+		}
+		delete(src, k)
+		if len(vv) == 0 {
+			continue
+		}
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		if have, ok := dst[ck]; ok {
+			dst[ck] = append(have, vv...)
+		} else {
+			dst[ck] = vv
+		}
+	}
 }
 
 // appendInjected appends body with `"x_agent_serve":{...},` spliced in right after the

@@ -132,7 +132,8 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	st.backend, st.hit = b, hit
 
-	out := r.WithContext(context.WithValue(r.Context(), routeKey{}, st))
+	st.ctx = routeCtx{Context: r.Context(), st: st}
+	out := r.WithContext(&st.ctx)
 	out.TransferEncoding = nil
 	out.ContentLength = int64(len(body))
 	if len(body) == 0 {
@@ -201,15 +202,30 @@ type route struct {
 	used0    bool            // lease0 has been handed to an attempt
 	placed   bool            // the current lease came from Acquire, not LeaseBackend (forgetNewBinding)
 
-	// Per-request objects kept here to save an allocation each: the response writer
-	// wrapper, the bodies modifyResponse installs (at most one of each per request) and
-	// the values of the response headers it sets (slices of length and capacity 1 into
-	// hdr: an append by anyone copies).
+	// Per-request objects kept here to save an allocation each: the request context
+	// that carries the route, the response writer wrapper, the bodies modifyResponse
+	// installs (at most one of each per request) and the values of the headers rewrite
+	// and modifyResponse set (slices of length and capacity 1 into hdr: an append by
+	// anyone copies; indexes: the slot constants).
+	ctx routeCtx
 	ow  outcomeWriter
 	pb  pooledBody
 	lb  leaseBody
-	hdr [4]string
+	hdr [slots]string
 }
+
+// Indexes of route.hdr.
+const (
+	slotBackend = iota
+	slotHit
+	slotOutcome
+	slotContentLength
+	slotForwardedFor
+	slotForwardedHost
+	slotForwardedProto
+	slotUserAgent
+	slots
+)
 
 // headerSlot returns a one-value header slice holding v, backed by st.hdr[i].
 func (st *route) headerSlot(i int, v string) []string {
@@ -224,6 +240,21 @@ func (st *route) current() (*backend, bool) {
 }
 
 type routeKey struct{}
+
+// routeCtx is the context of a proxied request: its parent's, plus the route as the value
+// of routeKey — context.WithValue's, without the allocation (it lives in the route).
+type routeCtx struct {
+	context.Context
+	st *route
+}
+
+// Value returns the route for routeKey, the parent's value otherwise.
+func (c *routeCtx) Value(key any) any {
+	if _, ok := key.(routeKey); ok {
+		return c.st
+	}
+	return c.Context.Value(key)
+}
 
 func routeFrom(ctx context.Context) *route {
 	st, _ := ctx.Value(routeKey{}).(*route)
