@@ -95,21 +95,23 @@ func newDirectTransport(t TimeoutsConfig) *directTransport {
 // closed earlier. Errors: the dial's (*net.OpError), the write's or the read's, or the
 // context's cause when req's context ended first.
 func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.roundTrip(req, nil)
+	return t.roundTrip(req.Context(), req, nil)
 }
 
-// roundTrip is RoundTrip that also records in a (when not nil) what an attempt's
-// httptrace hooks would: whether the connection was reused and whether the whole
-// request was written. The gateway's attempt calls it directly, which saves composing a
-// ClientTrace into the request context (an allocation and a context per attempt).
-func (t *directTransport) roundTrip(req *http.Request, a *attemptInfo) (*http.Response, error) {
+// roundTrip is RoundTrip under ctx instead of req's context, that also records in a
+// (when not nil) what an attempt's httptrace hooks would: whether the connection was
+// reused and whether the whole request was written. The gateway's attempt calls it
+// directly, which saves composing a ClientTrace into the request context and a copy of
+// the request to carry the attempt's context (an allocation each per attempt); the
+// response's Request is req. ctx must be req's context or one derived from it (its
+// values are req's): with a nil a, it must be req's.
+func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *attemptInfo) (*http.Response, error) {
 	if req.URL.Scheme != "http" || req.Header.Get("Upgrade") != "" {
 		if a != nil {
-			req = req.WithContext(a.traced(req.Context()))
+			req = req.WithContext(a.traced(ctx))
 		}
 		return t.fallback.RoundTrip(req)
 	}
-	ctx := req.Context()
 	trace := httptrace.ContextClientTrace(ctx)
 	addr := req.URL.Host
 	if req.URL.Port() == "" {

@@ -74,7 +74,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 	var resp *http.Response
 	var err error
 	if dt, ok := g.base.(*directTransport); ok {
-		resp, err = dt.roundTrip(req.WithContext(ctx), a) // records into a itself
+		resp, err = dt.roundTrip(ctx, req, a) // records into a itself
 	} else {
 		ctx = a.traced(ctx)
 		resp, err = g.base.RoundTrip(req.WithContext(ctx))
