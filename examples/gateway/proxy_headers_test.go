@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,6 +92,55 @@ func TestProxyHeaders(t *testing.T) {
 				if resp.ContentLength >= 0 { // not an event stream flushed as it comes (chunked)
 					require.Equal(t, int64(len(body)), resp.ContentLength, "Content-Length matches the body sent")
 				}
+			})
+		}
+	}
+}
+
+// An event stream reaches the client event by event, whether or not the backend sent a
+// Content-Length with it: the gateway hands the response's Content-Type to the client's
+// header map itself only where httputil.ReverseProxy no longer needs it to decide to
+// flush every write. The backend sends its second event only once the client has read
+// the first, so a response held back until its end fails the test (after 10 s).
+func TestEventStreamFlushedPerEvent(t *testing.T) {
+	const ev1, ev2 = "data: {\"n\":1}\n\n", "data: {\"n\":2}\n\n"
+	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
+		for _, withLength := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/content-length=%v", client, withLength), func(t *testing.T) {
+				read1 := make(chan struct{})
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					w.Header().Set("Content-Type", "text/event-stream")
+					if withLength {
+						w.Header().Set("Content-Length", strconv.Itoa(len(ev1)+len(ev2)))
+					}
+					_, _ = io.WriteString(w, ev1)
+					w.(http.Flusher).Flush()
+					select {
+					case <-read1:
+					case <-r.Context().Done():
+						return
+					}
+					_, _ = io.WriteString(w, ev2)
+				}))
+				t.Cleanup(backend.Close)
+				c := dialGateway(t, client, backend.URL)
+				body := `{"model":"m","stream":true}`
+				_, err := fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+					"X-Session-ID: s1\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				require.NoError(t, err)
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, nil)
+				require.NoError(t, err)
+				require.Equal(t, []string{"text/event-stream"}, resp.Header["Content-Type"])
+				first := make([]byte, len(ev1))
+				_, err = io.ReadFull(resp.Body, first)
+				require.NoError(t, err, "the first event before the backend sends the second")
+				require.Equal(t, ev1, string(first))
+				close(read1)
+				rest, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				require.Equal(t, ev2, string(rest))
 			})
 		}
 	}

@@ -79,7 +79,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	}
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
 		wrapLease(st, resp, nil)
-		st.handOver(resp.Header)
+		st.handOver(resp)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
 	pool := &g.bufs
@@ -91,7 +91,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
 		wrapLease(st, resp, nil)
-		st.handOver(resp.Header)
+		st.handOver(resp)
 		return nil
 	}
 	if err != nil {
@@ -124,26 +124,34 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	resp.ContentLength = int64(len(out))
 	resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))
 	resp.TransferEncoding = nil
-	st.handOver(resp.Header)
+	st.handOver(resp)
 	return nil
 }
 
-// handOver moves the fields of src, a response's header that ModifyResponse accepts,
+// handOver moves the fields of resp's header, a response that ModifyResponse accepts,
 // into the client's header map, where httputil.ReverseProxy would copy them next with
 // one Header.Add — a new one-value slice — per value. It does what that copy does
 // (canonical keys, values appended to any already there, fields without values not
-// created), with the response's own slices. Content-Type stays in src: ReverseProxy
-// reads it after ModifyResponse (an event stream is flushed on every write) and copies
-// it itself. Call it last: src has lost the other fields afterwards. Not for a 101,
-// whose header ReverseProxy forwards itself, nor for a response ModifyResponse rejects,
-// whose header must not reach the client.
-func (st *route) handOver(src http.Header) {
+// created), with the response's own slices. Content-Type goes too, unless ReverseProxy
+// still needs it: after ModifyResponse it reads it to flush an event stream on every
+// write (flushInterval, which parses it into a new map), but a response of unknown length
+// is flushed so anyway; only an event stream with a Content-Length keeps its
+// Content-Type in resp.Header (ReverseProxy then copies it). Call it last: resp.Header
+// has lost the fields afterwards. Not for a 101, whose header ReverseProxy forwards
+// itself, nor for a response ModifyResponse rejects, whose header must not reach the
+// client.
+func (st *route) handOver(resp *http.Response) {
 	if st.ow.ResponseWriter == nil {
 		return // not served through ServeHTTP (a test's route): ReverseProxy copies them
 	}
-	dst := st.ow.Header()
+	keepType := false
+	if resp.ContentLength >= 0 {
+		mt, _ := mediaType(resp.Header.Get("Content-Type")) // flushInterval's test
+		keepType = mt == "text/event-stream"
+	}
+	src, dst := resp.Header, st.ow.Header()
 	for k, vv := range src {
-		if k == "Content-Type" {
+		if keepType && k == "Content-Type" {
 			continue
 		}
 		delete(src, k)
