@@ -78,6 +78,7 @@ type hopConn struct {
 	addr      string
 	idleSince time.Time
 	peek      peeker // alive check before reuse
+	closeFn   func() // closes the connection: the context.AfterFunc of each request on it, made once
 }
 
 func newDirectTransport(t TimeoutsConfig) *directTransport {
@@ -124,7 +125,8 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 			closeBody(req)
 			return nil, ctxErr(ctx, err)
 		}
-		c = &hopConn{Conn: nc, in: readBudget{Conn: nc, left: math.MaxInt64}, out: connWriter{Conn: nc}, addr: addr}
+		c = &hopConn{Conn: nc, in: readBudget{Conn: nc, left: math.MaxInt64}, out: connWriter{Conn: nc}, addr: addr,
+			closeFn: func() { _ = nc.Close() }}
 		c.peek.init(nc)
 		c.br = bufio.NewReaderSize(&c.in, 16<<10)
 		c.bw = bufio.NewWriterSize(&c.out, 16<<10)
@@ -135,7 +137,7 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: c.Conn, Reused: reused})
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.Conn.Close() })
+	stop := context.AfterFunc(ctx, c.closeFn)
 	c.out.err = nil
 	err := req.Write(c.bw) // closes req.Body
 	if err == nil {
@@ -157,7 +159,7 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 			_ = c.Conn.Close()
 			return nil, ctxErr(ctx, err)
 		}
-		return t.wrap(c, stop, false, resp), nil
+		return t.wrap(c, stop, false, resp, a), nil
 	}
 	if err != nil {
 		stop()
@@ -170,18 +172,27 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 		_ = c.Conn.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	return t.wrap(c, stop, !req.Close, resp), nil
+	return t.wrap(c, stop, !req.Close, resp, a), nil
 }
 
 // wrap gives resp a body that releases c when read to the end (back to the pool when
-// reusable and resp allows it, closed otherwise).
-func (t *directTransport) wrap(c *hopConn, stop func() bool, reusable bool, resp *http.Response) *http.Response {
+// reusable and resp allows it, closed otherwise). The body is a's hop when a is set
+// (an attempt's, used once: a body that outlives its response cannot reach the next one
+// on c), a new one otherwise.
+func (t *directTransport) wrap(c *hopConn, stop func() bool, reusable bool, resp *http.Response, a *attemptInfo) *http.Response {
 	keep := reusable && !resp.Close
 	if resp.Body == http.NoBody {
 		t.release(c, stop, keep)
 		return resp
 	}
-	resp.Body = &hopBody{rc: resp.Body, t: t, c: c, stop: stop, keep: keep}
+	var hb *hopBody
+	if a != nil {
+		hb = &a.hop
+	} else {
+		hb = new(hopBody)
+	}
+	hb.rc, hb.t, hb.c, hb.stop, hb.keep = resp.Body, t, c, stop, keep
+	resp.Body = hb
 	return resp
 }
 

@@ -20,10 +20,12 @@ import (
 // unless it generated for other requests during the wait (see [OutlierConfig]).
 var ErrBackendTimeout = errors.New("gateway: backend timed out")
 
-// attemptInfo is what httptrace saw of one attempt.
+// attemptInfo is what httptrace saw of one attempt, and the direct client's response
+// body of the attempt (kept here to save its allocation; unused with other transports).
 type attemptInfo struct {
 	reused atomic.Bool // the connection came from the idle pool
 	wrote  atomic.Bool // the whole request was written without error
+	hop    hopBody
 }
 
 // traced returns ctx with an httptrace.ClientTrace that records into a (for transports
