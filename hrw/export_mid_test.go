@@ -67,3 +67,13 @@ func KeyUpperB(z uint64) float64 {
 	x := float64(int64(lowX(z)+1)) * 0x1p-31
 	return x * (2 - x) / (2 * (1 - x))
 }
+
+// RankerKeyX returns, for the live node i of a keyed Ranker (see [RankerKeyed]) and
+// keyHash, the upper bound of 1-u that Ranker.pickKeyed derives from the node's
+// first-order packed key (NaN when its fixed-point inverse weight is 0), the index the
+// packed key carries, and (X+1)·2^-31 computed from the node's mix. Test-only.
+func RankerKeyX(r *Ranker, keyHash uint64, i int) (fromKey float64, idx int, exact float64) {
+	kp := premix(keyHash)
+	b, _ := minKeyFixed(kp, r.pre[i:i+1], r.iw[i:i+1], r.kd[i:i+1], newMixer())
+	return r.keyX(b), int(b & keyIdx), float64(int64(lowX(mid(kp^r.pre[i]))+1)) * 0x1p-31
+}

@@ -17,16 +17,19 @@ import (
 // identical to [Pick], [Rank] and [TopK] over the nodes given to [New]. The zero Ranker
 // is an empty set (Pick reports false); a nil *Ranker is not usable.
 type Ranker struct {
-	all     []Node   // deduplicated, in input order (what Nodes returns)
-	live    []Node   // the nodes of all with weight > 0
-	pre     []uint64 // live[i].pre, contiguous
-	iw      []uint64 // floor(sc/live[i].weight) if !uniform and len(live) <= packedMax
-	isc     float64  // 1/sc, sc = 2^26 × the smallest live weight
-	wmax    float64  // maxWeight(live): skipMax on above 2·packedMax live nodes
-	uniform bool     // all live weights are equal
-	cls     []wclass // weight classes if 2..maxClasses distinct live weights, else nil
-	cpre    []uint64 // live hashes grouped by class (see groupClasses)
-	cid     []int32  // cpre position -> index in live
+	all     []Node    // deduplicated, in input order (what Nodes returns)
+	live    []Node    // the nodes of all with weight > 0
+	pre     []uint64  // live[i].pre, contiguous
+	iw      []uint64  // 64·floor(sc/live[i].weight) if !uniform and len(live) <= packedMax
+	kd      []uint64  // -((2^31-1)·iw[i] + i + 1), with iw (see minKeyFixed)
+	kx      []float64 // 2^-31·64/iw[i], rounded up, with iw (see Ranker.pickKeyed)
+	kt      []float64 // 2·live[i].weight·isc/(2^31·(1+1e-9)), with iw
+	isc     float64   // 1/sc, sc = 2^26 × the smallest live weight
+	wmax    float64   // maxWeight(live): skipMax on above 2·packedMax live nodes
+	uniform bool      // all live weights are equal
+	cls     []wclass  // weight classes if 2..maxClasses distinct live weights, else nil
+	cpre    []uint64  // live hashes grouped by class (see groupClasses)
+	cid     []int32   // cpre position -> index in live
 }
 
 // New returns a Ranker over nodes. Every node must have a non-empty ID ([ErrEmptyID],
@@ -65,10 +68,14 @@ func New(nodes []Node) (*Ranker, error) {
 		for _, n := range r.live {
 			wmin = min(wmin, n.weight)
 		}
-		for _, n := range r.live {
-			r.iw = append(r.iw, uint64(0x1p26*(wmin/n.weight)))
-		}
 		r.isc = 0x1p-26 / wmin
+		for i, n := range r.live {
+			iw := uint64(0x1p26*(wmin/n.weight)) << 6
+			r.iw = append(r.iw, iw)
+			r.kd = append(r.kd, -((1<<31-1)*iw + uint64(i) + 1))
+			r.kx = append(r.kx, 0x1p-25/float64(iw)*(1+0x1p-40))
+			r.kt = append(r.kt, 2*n.weight*r.isc/(0x1p31*(1+1e-9)))
+		}
 	} else if !r.uniform {
 		r.groupClasses()
 	}

@@ -38,7 +38,9 @@ import "math"
 // (within about x_c⁴/5), and if those fail too (0.5-0.8 % of the keys at 8 nodes, 0.01 %
 // at 64), or no weight is positive, the exact selection runs. The fuzz test checks the
 // bounds against math.Log over the whole range of u; the property tests check the
-// placement against the naive reference, with built near-ties.
+// placement against the naive reference, with built near-ties. A Ranker's first proof
+// takes x_c from the winner's exact integer key rather than from its mix (keyX; a test
+// checks it against the mix).
 
 // keyIdx masks the index bits of a packed key.
 const keyIdx = packedMax - 1
@@ -80,13 +82,16 @@ func minKeyP(kp uint64, nodes []Node, c mixer) (b, b2 uint64) {
 }
 
 // minKeyFixed is minKey over a Ranker's contiguous hashes and fixed-point inverse
-// weights iw (integer keys).
+// weights iw (integer keys, iw[i] = 64·r), with the complemented packed key built in two
+// operations from t = z>>33 = 2^31-1-X: t·iw[i] + kd[i] = ^(X·iw[i] | i) modulo 2^64 for
+// kd[i] = -((2^31-1)·iw[i] + i + 1), where ^(X·iw[i] | i) takes a complement, a shift, a
+// product, a shift and two more logical operations (X·iw[i] < 2^63: no wrap).
 //
 //go:noinline
-func minKeyFixed(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
-	iw = iw[:len(pre)]
+func minKeyFixed(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
+	iw, kd = iw[:len(pre)], kd[:len(pre)]
 	for i, h := range pre { // complemented keys, as in minKey
-		v := ^(lowX(c.mid(kp^h))*iw[i]<<6 | uint64(i))
+		v := c.mid(kp^h)>>33*iw[i] + kd[i]
 		b2 = max(b2, v)
 		if b < v {
 			b2 = b
@@ -96,13 +101,14 @@ func minKeyFixed(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
 	return ^b, ^b2
 }
 
-// minKeyFixedP is minKeyFixed with the keys from P.
+// minKeyFixedP is minKeyFixed with the keys from P (packed as in minKey: 2^31·P < 2^33,
+// so a key can wrap modulo 2^64, which only makes it smaller: still a lower bound).
 //
 //go:noinline
 func minKeyFixedP(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
 	iw = iw[:len(pre)]
 	for i, h := range pre {
-		v := ^(lowPFixed(lowX(c.mid(kp^h)))*iw[i]<<6 | uint64(i))
+		v := ^(lowPFixed(lowX(c.mid(kp^h)))*iw[i] | uint64(i)) // iw[i] is 64·r
 		b2 = max(b2, v)
 		if b < v {
 			b2 = b
@@ -173,17 +179,26 @@ func pickKeyed(kp uint64, nodes []Node) (int, bool) {
 }
 
 // pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most
-// packedMax; no duplicates).
+// packedMax; no duplicates). Its first proof is proven's loose test without the
+// winner's mix: x from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a
+// few products after the loop instead of a load, the mix and a conversion.
+
 func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
-	b, b2 := minKeyFixed(kp, r.pre, r.iw, newMixer())
-	for p := false; ; p = true {
-		i := int(b & keyIdx)
-		if proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc, p) {
-			return i, true
-		}
-		if p {
-			return 0, false
-		}
-		b, b2 = minKeyFixedP(kp, r.pre, r.iw, newMixer())
+	b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
+	i := int(b & keyIdx)
+	if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
+		return i, true
 	}
+	b, b2 = minKeyFixedP(kp, r.pre, r.iw, newMixer())
+	i = int(b & keyIdx)
+	return i, proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc, true)
+}
+
+// keyX returns x >= (X+1)·2^-31 >= 1-u for the owner i of the first-order packed key b
+// of minKeyFixed, without its mix: the key is exact, b>>6 = X·iw[i]/64, so
+// x = (b>>6)·kx[i] + 2^-31 with kx[i] = 2^-31·64/iw[i] rounded up by 2^-40 relative,
+// which covers the rounding of the conversion, the product and the sum (and is far
+// inside proven's 1e-9 margin). iw[i] = 0 gives 0·Inf = NaN, which fails every test.
+func (r *Ranker) keyX(b uint64) float64 {
+	return float64(int64(b>>6))*r.kx[b&keyIdx] + 0x1p-31
 }

@@ -64,6 +64,39 @@ func TestKeyBoundsSweep(t *testing.T) {
 	}
 }
 
+// TestRankerKeyX checks the upper bound of 1-u that a Ranker's first proof derives from
+// the winner's packed key instead of its mix: never below (X+1)·2^-31, within 1e-12 of
+// it, and the packed key carries the node's index; over random weight ratios up to 2^30
+// (fixed-point inverse weights down to 0) and mid values whose top 31 bits are 0,
+// 2^31-1 or random.
+func TestRankerKeyX(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for trial := range 2000 {
+		kh := rng.Uint64()
+		nodes := make([]hrw.Node, 2+rng.IntN(63))
+		for i := range nodes {
+			z := rng.Uint64()
+			switch rng.IntN(4) {
+			case 0:
+				z &= 1<<33 - 1 // X = 2^31-1: u near 0
+			case 1:
+				z |= ^uint64(1<<33 - 1) // X = 0: u near 1
+			}
+			nodes[i] = hrw.NodeWithMid(fmt.Sprintf("b%d", i), kh, z, math.Exp2(30*rng.Float64()))
+		}
+		r, err := hrw.New(nodes)
+		require.NoError(t, err)
+		require.True(t, hrw.RankerKeyed(r))
+		for i := range nodes {
+			got, idx, exact := hrw.RankerKeyX(r, kh, i)
+			require.Equal(t, i, idx, "trial %d node %d", trial, i)
+			if !math.IsNaN(got) {
+				require.True(t, got >= exact && got <= exact*(1+1e-12), "trial %d node %d: %v for %v", trial, i, got, exact)
+			}
+		}
+	}
+}
+
 // TestKeyedNearTies builds sets of 2 to 64 nodes with random weights where two nodes'
 // scores are equal up to a few units of m (u_b = u_a^(w_b/w_a), rounded and nudged), or
 // share m, and checks the keyed selection of Pick and of a Ranker: whenever it reports
