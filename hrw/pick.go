@@ -125,7 +125,16 @@ func pickGeneral(kp uint64, nodes []Node, eligible func(int) bool, pre []uint64,
 //go:noinline
 func skipBelow(kp uint64, nodes []Node, i int, lo float64, c mixer) (int, uint64) {
 	k := lo * (0x1p-31 / pruneMargin)
-	for ; i < len(nodes); i++ {
+	q := nodes[i:]
+	for ; len(q) >= 4; q = q[4:] {
+		if !(q[0].weight < k*float64(int64(^c.mid(kp^q[0].pre)>>33))) ||
+			!(q[1].weight < k*float64(int64(^c.mid(kp^q[1].pre)>>33))) ||
+			!(q[2].weight < k*float64(int64(^c.mid(kp^q[2].pre)>>33))) ||
+			!(q[3].weight < k*float64(int64(^c.mid(kp^q[3].pre)>>33))) {
+			break
+		}
+	}
+	for i = len(nodes) - len(q); i < len(nodes); i++ {
 		n := &nodes[i]
 		if z := c.mid(kp ^ n.pre); !(n.weight < k*float64(int64(^z>>33))) {
 			return i, last(z) >> 11
@@ -233,9 +242,16 @@ func (l *leader) beatenBy(w float64, m uint64, id string) bool {
 // dedup applies the duplicate rule to bi, a winner found with later duplicates counted as
 // distinct nodes: if an earlier eligible node has its ID, the selection is redone
 // exactly. (With equal weights a later copy always loses to its first occurrence, so
-// this finds nothing.)
+// this finds nothing.) Before a long prefix (16 nodes or more) it first passes over
+// four nodes at a time whose hashes differ from the winner's (otherPre: one loop test
+// per four nodes; the plain scan took 16 % of Pick's time with varied weights at 512
+// nodes).
 func dedup(kp uint64, nodes []Node, eligible func(int) bool, bi int) int {
-	if bi > 0 && dupBefore(nodes, bi, eligible) {
+	from := 0
+	if bi >= 16 {
+		from = otherPre(nodes[:bi], nodes[bi].pre)
+	}
+	if bi > 0 && dupBefore(nodes, from, bi, eligible) {
 		var buf [1]int
 		if r, _ := topk(kp, nodes, eligible, 1, buf[:0], true); len(r) > 0 {
 			return r[0]
@@ -245,11 +261,22 @@ func dedup(kp uint64, nodes []Node, eligible func(int) bool, bi int) int {
 	return bi
 }
 
-// dupBefore reports whether a node before index i (eligible, if eligible != nil) has the
-// same ID as nodes[i]. Equal IDs have equal hashes, so the scan compares hashes first.
-func dupBefore(nodes []Node, i int, eligible func(int) bool) bool {
+// otherPre returns an index j such that no node before it has the premixed hash h,
+// passing over four nodes per step while more than 12 are left.
+func otherPre(nodes []Node, h uint64) int {
+	q := nodes
+	for len(q) > 12 && q[0].pre != h && q[1].pre != h && q[2].pre != h && q[3].pre != h {
+		q = q[4:]
+	}
+	return len(nodes) - len(q)
+}
+
+// dupBefore reports whether a node at an index in [from, i) (eligible, if eligible !=
+// nil) has the same ID as nodes[i]. Equal IDs have equal hashes, so the scan compares
+// hashes first.
+func dupBefore(nodes []Node, from, i int, eligible func(int) bool) bool {
 	h, id := nodes[i].pre, nodes[i].id
-	for j := range nodes[:i] {
+	for j := from; j < i; j++ {
 		if nodes[j].pre == h && nodes[j].id == id && (eligible == nil || eligible(j)) {
 			return true
 		}

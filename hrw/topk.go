@@ -28,7 +28,7 @@ func TopKFunc(dst []int, keyHash uint64, nodes []Node, k int, eligible func(i in
 		// With all weights equal a later copy of an ID ranks right after its first
 		// occurrence, so it can only be in the result together with it: comparing the
 		// results with each other is enough. Otherwise scan everything before it.
-		if (!varied && dupIn(nodes, dst[:j], i)) || (varied && dupBefore(nodes, i, eligible)) {
+		if (!varied && dupIn(nodes, dst[:j], i)) || (varied && dupBefore(nodes, 0, i, eligible)) {
 			dst, _ = topk(premix(keyHash), nodes, eligible, k, dst[:0], true)
 			return dst
 		}
@@ -206,5 +206,5 @@ func outranks(c, thr *key) bool {
 
 // firstEligible reports whether nodes[i] is the first eligible occurrence of its ID.
 func firstEligible(nodes []Node, i int, eligible func(int) bool) bool {
-	return !dupBefore(nodes, i, eligible)
+	return !dupBefore(nodes, 0, i, eligible)
 }
