@@ -77,3 +77,12 @@ func RankerKeyX(r *Ranker, keyHash uint64, i int) (fromKey float64, idx int, exa
 	b, _ := minKeyFixed(kp, r.pre[i:i+1], r.iw[i:i+1], r.kd[i:i+1], newMixer())
 	return r.keyX(b), int(b & keyIdx), float64(int64(lowX(mid(kp^r.pre[i]))+1)) * 0x1p-31
 }
+
+// NodeKeyX is RankerKeyX for Pick's first-order float keys: the upper bound of 1-u that
+// Pick's first proof derives from a node's packed key, the index the key carries (0),
+// and (X+1)·2^-31 from the node's mix. Test-only.
+func NodeKeyX(keyHash uint64, n Node) (fromKey float64, idx int, exact float64) {
+	kp := premix(keyHash)
+	b, _ := minKey(kp, []Node{n}, newMixer())
+	return keyNodeX(b, n.weight), int(b & keyIdx), float64(int64(lowX(mid(kp^n.pre))+1)) * 0x1p-31
+}

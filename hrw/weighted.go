@@ -163,19 +163,27 @@ func upH(x float64) float64 {
 }
 
 // pickKeyed is the weighted selection over at most packedMax nodes, with later duplicates
-// counted as distinct nodes; ok=false: not proven, run the exact selection.
+// counted as distinct nodes; ok=false: not proven, run the exact selection. Its first
+// proof is proven's loose test with x from the winner's key (keyNodeX) instead of its
+// mix, as in the Ranker's.
 func pickKeyed(kp uint64, nodes []Node) (int, bool) {
 	b, b2 := minKey(kp, nodes, newMixer())
-	for p := false; ; p = true {
-		i := int(b & keyIdx)
-		if proven(kp, nodes[i].pre, math.Float64frombits(b2&^keyIdx)*nodes[i].weight, p) {
-			return i, true
-		}
-		if p {
-			return 0, false
-		}
-		b, b2 = minKeyP(kp, nodes, newMixer())
+	i := int(b & keyIdx)
+	w := nodes[i].weight
+	if x := keyNodeX(b, w); x*(2-x) < math.Float64frombits(b2&^keyIdx)*(w*(2/(0x1p31*(1+1e-9))))*(1-x) {
+		return i, true
 	}
+	b, b2 = minKeyP(kp, nodes, newMixer())
+	i = int(b & keyIdx)
+	return i, proven(kp, nodes[i].pre, math.Float64frombits(b2&^keyIdx)*nodes[i].weight, true)
+}
+
+// keyNodeX is keyX for minKey's first-order float key b of a node of weight w: the
+// truncated key times w is X within 2^-45 relative (1/w and the product rounded, 6 bits
+// truncated), so x = k·w·2^-31·(1+2^-40) + 2^-31 >= (X+1)·2^-31 (for X = 0 exactly
+// 2^-31). Weight 0 gives +Inf·0 = NaN, which fails every test.
+func keyNodeX(b uint64, w float64) float64 {
+	return math.Float64frombits(b&^keyIdx)*(w*(0x1p-31*(1+0x1p-40))) + 0x1p-31
 }
 
 // pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most

@@ -97,6 +97,26 @@ func TestRankerKeyX(t *testing.T) {
 	}
 }
 
+// TestNodeKeyX is TestRankerKeyX for Pick's first-order float keys, over weights from
+// MinWeight to MaxWeight.
+func TestNodeKeyX(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	kh := uint64(0x9e3779b97f4a7c15)
+	for trial := range 200000 {
+		z := rng.Uint64()
+		switch trial % 4 {
+		case 0:
+			z &= 1<<33 - 1 // X = 2^31-1
+		case 1:
+			z |= ^uint64(1<<33 - 1) // X = 0
+		}
+		w := math.Pow(10, 560*rng.Float64()-280)
+		got, idx, exact := hrw.NodeKeyX(kh, hrw.NodeWithMid("n", kh, z, w))
+		require.Equal(t, 0, idx)
+		require.True(t, got >= exact && got <= exact*(1+1e-11), "z=%#x w=%v: %v for %v", z, w, got, exact)
+	}
+}
+
 // TestKeyedNearTies builds sets of 2 to 64 nodes with random weights where two nodes'
 // scores are equal up to a few units of m (u_b = u_a^(w_b/w_a), rounded and nudged), or
 // share m, and checks the keyed selection of Pick and of a Ranker: whenever it reports
