@@ -94,10 +94,11 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // Cost: O(n) in nodes, 0 allocs; with equal weights one mix and one compare per node
 // over a contiguous []uint64 (branch-free up to 64 nodes, unrolled by four above). With
 // varied weights over up to 64 live nodes, the branch-free keyed selection of [Pick] in
-// integers: one mix and one integer product per node over the contiguous hashes and
-// fixed-point inverse weights prepared by [New] (no division, no conversion), a second
-// pass with a short polynomial on about 13 % of the keys at 8 nodes (2 % at 64), the
-// exact selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
+// integers: one mix, one integer product and one addition per node over the contiguous
+// hashes and the fixed-point inverse weights and offsets prepared by [New] (no division,
+// no conversion), a proof from the winner's key without its mix, a second pass with a
+// short polynomial on about 13 % of the keys at 8 nodes (2 % at 64), the exact
+// selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
 // least 8 live nodes per weight on average, the equal-weight loop per weight class (the
 // score is increasing in u for a fixed weight) and an exact comparison of the class
 // winners, classes of more than 64 nodes scanned with an integer limit from the leader's
