@@ -190,7 +190,6 @@ func keyNodeX(b uint64, w float64) float64 {
 // packedMax; no duplicates). Its first proof is proven's loose test without the
 // winner's mix: x from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a
 // few products after the loop instead of a load, the mix and a conversion.
-
 func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
 	b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
 	i := int(b & keyIdx)
