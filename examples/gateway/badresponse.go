@@ -80,6 +80,15 @@ func badUpgrade(req *http.Request, resp *http.Response) error {
 	return fmt.Errorf("%w: 101 Switching Protocols to %q when %q was requested", ErrBadResponse, got, asked)
 }
 
+// badStatus returns an error wrapping [ErrBadResponse] when code is not an HTTP status
+// code (outside 100-599: "HTTP/1.1 999 Weird" or "HTTP/1.1 099 X" parse), nil otherwise.
+func badStatus(code int) error {
+	if code >= 100 && code <= 599 {
+		return nil
+	}
+	return fmt.Errorf("%w: status code %d is outside 100-599", ErrBadResponse, code)
+}
+
 // upgradeType is h's Upgrade value when its Connection header lists "upgrade", "" otherwise.
 func upgradeType(h http.Header) string {
 	for _, v := range h["Connection"] {

@@ -17,8 +17,8 @@ import (
 
 // A backend that answers generation calls with malformed HTTP — bytes that are not a
 // response, headers over 10 MiB, more than 100 1xx responses (direct), a 101 nobody asked
-// for — gets a 502 backend_bad_response from the gateway each time and one connection
-// failure for outlier detection: after consecutive_connect_failures (3) in a row it is
+// for, a status outside 100-599 — gets a 502 backend_bad_response from the gateway each
+// time and one connection failure for outlier detection: after consecutive_connect_failures (3) in a row it is
 // ejected, and the session it held moves to a healthy backend. (Before: never counted,
 // so a backend whose /health is 200 kept its sessions and failed every turn.)
 func TestMalformedResponsesEjectTheBackend(t *testing.T) {
@@ -50,6 +50,17 @@ func TestMalformedResponsesEjectTheBackend(t *testing.T) {
 			}
 			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 		}, []string{gateway.BackendClientDirect}}, // nethttp bounds 1xx by header bytes only
+		// A status outside 100-599 was forwarded as is (999) and counted client_closed, or
+		// (direct, 099) read as a 1xx.
+		{"status 999", func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 999 Weird\r\nContent-Length: 2\r\n\r\n{}")
+		}, []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP}},
+		{"status 600", func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 600 Past5xx\r\nContent-Length: 2\r\n\r\n{}")
+		}, []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP}},
+		{"status 099", func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 099 Low\r\nContent-Length: 2\r\n\r\n{}")
+		}, []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP}},
 		{"101 without an Upgrade request", func(c net.Conn) {
 			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nraw bytes")
 		}, []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP}},

@@ -190,7 +190,8 @@
 // headers, before the end that its Content-Length or chunked framing announces, while
 // the client is still there) extends the connection-failure streak; so does a response
 // that is not valid HTTP ([ErrBadResponse]: unparsable status line or headers, headers
-// over 10 MiB, more than 100 1xx, a 101 to a request that asked for no such upgrade),
+// over 10 MiB, more than 100 1xx, a 101 to a request that asked for no such upgrade, a
+// status outside 100-599, which is never forwarded),
 // answered 502 backend_bad_response, on a reused connection too (the bytes are the
 // backend's). Decision: the connection streak, not the 5xx one — no status was received.
 // Decision on timeouts (progress.go): a response-header timeout or a stall counts only

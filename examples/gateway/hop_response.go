@@ -95,7 +95,8 @@ func (t *directTransport) readEarly(ctx context.Context, c *hopConn, req *http.R
 // readResponse reads the response to req on c: informational responses go to the
 // trace's Got1xxResponse (if any), the header phase is capped at
 // maxResponseHeaderBytes. Errors: the read's (I/O), the hook's, or one wrapping
-// ErrBadResponse: a parse error, errHeaderBudget, too many 1xx responses, or a 101 to a
+// ErrBadResponse: a parse error, errHeaderBudget, a status outside 100-599, too many 1xx
+// responses, or a 101 to a
 // request that asked for no upgrade (the directTransport hands Upgrade requests to its
 // fallback, so every 101 it reads is unsolicited; reusing its connection afterwards
 // would read the switched protocol as HTTP).
@@ -109,6 +110,9 @@ func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace) (
 				return nil, badResponse(errHeaderBudget)
 			}
 			return nil, badResponse(err)
+		}
+		if err := badStatus(resp.StatusCode); err != nil { // a 099 is no 1xx, a 999 no final answer
+			return nil, err // the caller closes c (its body is not read)
 		}
 		if resp.StatusCode >= 200 {
 			return resp, nil

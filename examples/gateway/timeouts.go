@@ -95,7 +95,11 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		cancel(nil)
 		return nil, a, at.fired
 	}
-	if berr := badUpgrade(req, resp); berr != nil { // a 101 nobody asked for: a failure, not a tunnel
+	berr := badStatus(resp.StatusCode) // nethttp passes 0-99 and 600-999 on as final answers
+	if berr == nil {
+		berr = badUpgrade(req, resp) // a 101 nobody asked for: a failure, not a tunnel
+	}
+	if berr != nil {
 		at.stop()
 		_ = resp.Body.Close()
 		cancel(nil)
