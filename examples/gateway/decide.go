@@ -45,7 +45,7 @@ func (e *RequestError) Error() string { return e.Err.Error() }
 func (e *RequestError) Unwrap() error { return e.Err }
 
 // ErrRequest is wrapped by the causes of [RequestError]s that have no library sentinel
-// (malformed body, unknown tier, missing session ID).
+// (malformed body, unknown tier, missing session ID, conflicting duplicate headers).
 var ErrRequest = errors.New("gateway: bad request")
 
 // Decide routes r (whose body, already read, is body) exactly as [Gateway.ServeHTTP]
@@ -57,7 +57,8 @@ var ErrRequest = errors.New("gateway: bad request")
 // limits.max_inflight_bytes: Decide holds no budget, the caller holds the body.
 //
 // Errors are *[RequestError]: 415 unsupported_content_encoding for a JSON body sent with
-// a Content-Encoding other than identity, 400 for a malformed JSON body, an unknown tier, a session
+// a Content-Encoding other than identity, 400 for a malformed JSON body, differing copies of a session, parent, tier
+// or tenant header (conflicting_header), an unknown tier, a session
 // ID too long, or missing on a generation call with require_session; 503 when no
 // backend is eligible. Only a generation call with a session (a POST to
 // .../chat/completions, /completions, /responses or /messages) binds it, and the
@@ -72,6 +73,9 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 	if err != nil {
 		status, code := bodyStatus(err)
 		return Decision{}, &RequestError{status, code, fmt.Errorf("%w: %w", ErrRequest, err)}
+	}
+	if err := rt.conflictingHeader(r); err != nil {
+		return Decision{}, &RequestError{http.StatusBadRequest, "conflicting_header", fmt.Errorf("%w: %w", ErrRequest, err)}
 	}
 	session, parent := rt.sessionID(r), rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)

@@ -82,6 +82,10 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, status, code, err.Error())
 		return
 	}
+	if err := rt.conflictingHeader(r); err != nil {
+		writeError(w, http.StatusBadRequest, "conflicting_header", err.Error())
+		return
+	}
 	session, parent := rt.sessionID(r), rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)
 	if err != nil {

@@ -80,6 +80,31 @@ func (rt *routing) parentSessionID(r *http.Request) string {
 	return ""
 }
 
+// conflictingHeader returns an error naming the first of the session, parent session,
+// tier and tenant headers that r carries more than once with values that differ (after
+// trimming spaces), nil otherwise. The values are not quoted (a tenant header is an
+// identity). Decision: the gateway reads the first value of a header; a proxy in front
+// that reads the last would route, authenticate or bill the same request as another
+// session, tier or tenant, so differing copies are refused (400 conflicting_header)
+// rather than resolved silently. Identical copies pass (some proxies repeat a header).
+// 0 allocs unless a header is repeated.
+func (rt *routing) conflictingHeader(r *http.Request) error {
+	for _, keys := range [...][]string{rt.sessionKeys, rt.parentKeys, {rt.tierKey}, {rt.tenantKey}} {
+		for _, k := range keys {
+			vs := r.Header[k]
+			if len(vs) < 2 || k == "" {
+				continue
+			}
+			for _, v := range vs[1:] {
+				if strings.TrimSpace(v) != strings.TrimSpace(vs[0]) {
+					return fmt.Errorf("header %s sent %d times with different values: send it once", k, len(vs))
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // headerValue is h.Get(key) for a key already in canonical form: the first value, ""
 // if none. A map lookup, 0 allocs.
 func headerValue(h http.Header, key string) string {

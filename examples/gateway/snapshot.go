@@ -32,6 +32,7 @@ type routing struct {
 	// call, and allocates for a name such as X-Session-ID that is not canonical.
 	sessionKeys, parentKeys []string
 	tierKey                 string
+	tenantKey               string // "": no tenant header
 }
 
 // newRouting builds the backend and tier tables of cfg (validated, defaults applied);
@@ -45,6 +46,9 @@ func newRouting(cfg Config) (*routing, error) {
 		knownTiers: map[string]bool{"": true},
 		tenants:    newTenants(cfg.Tenant),
 		tierKey:    http.CanonicalHeaderKey(cfg.TierHeader),
+	}
+	if cfg.Tenant.Header != "" {
+		rt.tenantKey = http.CanonicalHeaderKey(cfg.Tenant.Header)
 	}
 	for _, h := range cfg.SessionHeaders {
 		rt.sessionKeys = append(rt.sessionKeys, http.CanonicalHeaderKey(h))
