@@ -23,7 +23,7 @@ var (
 	ErrInvalidConfig    = errors.New("gateway: invalid config")                               // every configuration error
 	ErrUnknownKey       = errors.New("gateway: unknown config key")                           // a YAML key Config does not have
 	ErrConfigSyntax     = errors.New("gateway: malformed config (YAML syntax or value type)") // YAML that does not decode
-	ErrNoBackends       = errors.New("gateway: no backends")                                  // backends is empty
+	ErrNoBackends       = errors.New("gateway: no backends")                                  // backends is empty, or the whole config is
 	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")                         // two backends share an id
 	ErrBackendID        = errors.New("gateway: bad backend id")                               // empty or blank, over MaxBackendIDBytes, a control byte or not UTF-8
 	ErrBackendURL       = errors.New("gateway: bad backend url")                              // not http(s)://host, or has a query/fragment
@@ -254,7 +254,8 @@ type HealthConfig struct {
 // ParseConfig decodes YAML strictly (an unknown key is an error, and so is a number
 // with a fractional part in an integer key such as max_body_bytes or limits.*: "is not a
 // whole number", with the key and line), applies defaults and validates. Errors wrap
-// [ErrInvalidConfig]. Cost: the document is decoded twice (typed, then as nodes).
+// [ErrInvalidConfig]; an empty document (nothing, only comments, or null) is
+// [ErrNoBackends] with a message saying the config is empty. Cost: the document is decoded twice (typed, then as nodes).
 func ParseConfig(data []byte) (Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -275,7 +276,13 @@ func ParseConfig(data []byte) (Config, error) {
 	// The typed decoding truncates a fraction in an integer key (10.9 -> 10): read the
 	// document again as nodes to refuse it (config_numbers.go).
 	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err == nil {
+	switch err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); {
+	case errors.Is(err, io.EOF) || err == nil && len(doc.Content) == 1 && doc.Content[0].Tag == "!!null":
+		// Said as such: "backends: at least one backend is required" read as if a
+		// backends list had been written and lost (a file caught mid-copy, say).
+		return Config{}, invalid(ErrNoBackends, "the config is empty (no YAML document, only comments, or null): "+
+			"it needs at least a backends list")
+	case err == nil:
 		if err := checkWholeNumbers(&doc); err != nil {
 			return Config{}, err
 		}

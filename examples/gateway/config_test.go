@@ -80,6 +80,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"wrong type", "max_body_bytes: lots\n" + minimal, gateway.ErrConfigSyntax, []string{"lots"}},
 		{"no backends", "listen: 127.0.0.1:8080\n", gateway.ErrNoBackends, []string{"backends"}},
 		{"empty backends", "backends: []\n", gateway.ErrNoBackends, []string{"backends"}},
+		// An empty file said "backends: at least one backend is required", as if a list
+		// had been written.
+		{"empty file", "", gateway.ErrNoBackends, []string{"the config is empty"}},
+		{"only comments", "# nothing yet\n\n", gateway.ErrNoBackends, []string{"the config is empty"}},
+		{"null document", "---\n", gateway.ErrNoBackends, []string{"the config is empty"}},
 		{"empty backend id", "backends: [{url: 'http://h:1'}]", gateway.ErrBackendID, []string{"backends[0].id", "is empty"}},
 		{"second backend id empty", "backends: [{id: a, url: 'http://h:1'}, {id: '', url: 'http://h:2'}]", gateway.ErrBackendID, []string{`backends[1].id: ""`, "is empty", "non-blank id"}},
 		{"blank backend id", "backends: [{id: '  ', url: 'http://h:1'}]", gateway.ErrBackendID, []string{`backends[0].id: "  "`, "is empty"}},

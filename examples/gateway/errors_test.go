@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -223,6 +224,43 @@ func TestUnknownTierNeverEchoesCredentials(t *testing.T) {
 			_, err := g.Decide(req, []byte(`{"model":"x"}`), nil)
 			require.Error(t, err)
 			assert.Equal(t, tt.echoed, strings.Contains(err.Error(), secret), "Decide: %v", err)
+		})
+	}
+}
+
+// With every backend down, each kind of request gets the same 503 message: a POST with a
+// session (the Scheduler's), a GET /v1/models, a POST without a session, a GET with one.
+// (Before: the requests routed without a binding said `no eligible backend: tier ""`.)
+func TestAllDownSameMessage(t *testing.T) {
+	g, _ := testGateway(t, "health: {enabled: false}\n")
+	for _, id := range []string{"b0", "b1", "b2"} {
+		g.Scheduler().OnBackendDown(id)
+	}
+	const want = "all 3 candidates are down"
+	tests := []struct {
+		name, method, path string
+		session            string
+	}{
+		{"generation call with a session", http.MethodPost, "/v1/chat/completions", "s1"},
+		{"generation call without a session", http.MethodPost, "/v1/chat/completions", ""},
+		{"models", http.MethodGet, "/v1/models", ""},
+		{"models with a session", http.MethodGet, "/v1/models", "s1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body io.Reader = http.NoBody
+			if tt.method == http.MethodPost {
+				body = strings.NewReader(chatBody)
+			}
+			req := httptest.NewRequest(tt.method, tt.path, body)
+			if tt.session != "" {
+				req.Header.Set("X-Session-ID", tt.session)
+			}
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, req)
+			assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+			assert.Equal(t, "no_backend_available", errorCodeOf(t, rec.Body.String()))
+			assert.Contains(t, rec.Body.String(), want)
 		})
 	}
 }

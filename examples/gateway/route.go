@@ -293,7 +293,9 @@ func (st *route) choose() (*backend, bool, error) {
 			return st.leaseBackend(nodes[i])
 		}
 	}
-	return nil, false, fmt.Errorf("%w: tier %q", affinity.ErrNoEligibleBackend, st.tier)
+	// The Scheduler's words for a generation call in the same state, so that a GET
+	// /v1/models and a POST say the same.
+	return nil, false, fmt.Errorf("%w: all %d candidates are down", affinity.ErrNoEligibleBackend, len(nodes))
 }
 
 func (rt *routing) tier(r *http.Request, model string) (string, error) {
