@@ -126,8 +126,14 @@ type verdict struct {
 // NewProber validates cfg and targets and returns a Prober with every target Healthy.
 // Errors wrap [ErrInvalidProbeConfig], [ErrInvalidTarget] (empty ID, or a URL that is not
 // an absolute http(s) URL with a host and without user info, query or fragment) or
-// [ErrDuplicateTarget], naming the offending value. An empty targets list is valid (rounds
-// do nothing). Cost: O(targets); nothing is sent until a round runs.
+// [ErrDuplicateTarget], naming the offending value. nil options are ignored.
+//
+// Decision: an empty targets list (nil or zero length) is valid, not an error: the
+// Prober's rounds probe nothing and report nothing, and [Prober.Run] waits for ctx like
+// any other. A Prober is replaced, not edited, when its targets change (see [Prober]),
+// and a caller that builds it from a discovered list that is momentarily empty should
+// not have to special-case that; a caller for which no targets is a mistake checks
+// len(targets) itself. Cost: O(targets); nothing is sent until a round runs.
 func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober, error) {
 	rc, err := cfg.resolve()
 	if err != nil {
@@ -155,7 +161,9 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 		})
 	}
 	for _, o := range opts {
-		o.apply(p)
+		if o != nil { // as affinity.New: a nil option is ignored, not a panic
+			o.apply(p)
+		}
 	}
 	if p.client == nil {
 		p.client = &http.Client{

@@ -332,6 +332,35 @@ func TestProberObserversAndReentrancy(t *testing.T) {
 	assert.Equal(t, []string{"first b: healthy -> down state=down", "second b: healthy -> down"}, log)
 }
 
+// A nil ProberOption is ignored, as affinity.New ignores a nil Option (before: a nil
+// dereference in NewProber), and no targets make a Prober whose rounds do nothing.
+func TestNewProberNilOptionsAndNoTargets(t *testing.T) {
+	tests := []struct {
+		name    string
+		targets []health.Target
+		opts    []health.ProberOption
+	}{
+		{"nil option", []health.Target{{ID: "b", URL: "http://127.0.0.1:1"}}, []health.ProberOption{nil}},
+		{"nil among options", []health.Target{{ID: "b", URL: "http://127.0.0.1:1"}},
+			[]health.ProberOption{health.WithTicks(nil), nil, health.WithHTTPClient(nil)}},
+		{"no targets", nil, nil},
+		{"no targets, nil option", []health.Target{}, []health.ProberOption{nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p *health.Prober
+			var err error
+			require.NotPanics(t, func() { p, err = health.NewProber(health.ProbeConfig{}, tt.targets, tt.opts...) })
+			require.NoError(t, err)
+			require.NotNil(t, p)
+			assert.Equal(t, health.Healthy, p.State("b"))
+			if len(tt.targets) == 0 {
+				p.ProbeOnce(context.Background()) // nothing to probe
+			}
+		})
+	}
+}
+
 func TestProberCancelledRoundIsNotCounted(t *testing.T) {
 	b := newBackend(t, false)
 	var obs observer

@@ -122,11 +122,13 @@ type Counters struct {
 	mu       sync.Mutex // serializes writers of table
 }
 
-// NewCounters returns empty Counters configured by opts.
+// NewCounters returns empty Counters configured by opts; nil options are ignored.
 func NewCounters(opts ...Option) *Counters {
 	c := &Counters{}
 	for _, o := range opts {
-		o.apply(c)
+		if o != nil {
+			o.apply(c)
+		}
 	}
 	return c
 }

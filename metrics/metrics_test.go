@@ -177,6 +177,13 @@ func TestCounters(t *testing.T) {
 	}
 }
 
+// A nil Option is ignored (before: a nil dereference), as affinity.New does.
+func TestNewCountersNilOption(t *testing.T) {
+	var c *metrics.Counters
+	require.NotPanics(t, func() { c = metrics.NewCounters(nil, metrics.WithMaxTiers(3), nil) })
+	assert.Equal(t, 3, c.MaxTiers())
+}
+
 func TestCountersMaxTiers(t *testing.T) {
 	tests := []struct {
 		name string
