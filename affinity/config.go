@@ -53,7 +53,8 @@ type Config struct {
 	MaxSessionIDBytes int `yaml:"max_session_id_bytes" json:"max_session_id_bytes"`
 	// Tiers overrides the TTL per tier name (at most MaxTierBytes bytes each). A tier not
 	// listed, or listed with a nil TTL, uses StickyTTLSeconds. At most 64 distinct
-	// non-zero TTL values overall.
+	// non-zero TTL values overall. The empty name (the default tier) is ErrInvalidConfig:
+	// its TTL is StickyTTLSeconds.
 	Tiers map[string]TierConfig `yaml:"tiers,omitempty" json:"tiers,omitempty"`
 	// Load turns on load awareness for [Scheduler.Acquire] (bounded-load placement and
 	// spill of overloaded bindings); the zero value (key omitted) keeps pure stickiness.
@@ -131,6 +132,11 @@ func (c Config) resolve() (resolved, error) {
 	distinct := map[time.Duration]bool{}
 	if ttl > 0 {
 		distinct[ttl] = true
+	}
+	if _, ok := c.Tiers[""]; ok {
+		// Decision: one place sets the default tier's TTL. Tiers[""] silently overrode
+		// StickyTTLSeconds (and the gateway refuses the same key in its config).
+		return r, fmt.Errorf(`%w: tiers[""]: the default tier's TTL is sticky_ttl_seconds (StickyTTLSeconds); set it there`, ErrInvalidConfig)
 	}
 	for name, tc := range c.Tiers {
 		if len(name) > MaxTierBytes {

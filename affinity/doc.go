@@ -258,7 +258,9 @@
 //     — one success at once, a failure after its failure threshold — so a backend an old
 //     checker held Down comes back; call sched.Health().Retain(configured IDs) to forget
 //     backends no longer configured (their drains included).
-//   - Per-tier TTLs (Config.Tiers) are supported; a tier with TTL 0 stores nothing.
+//   - Per-tier TTLs (Config.Tiers) are supported; a tier with TTL 0 stores nothing. The
+//     default tier "" is not a Tiers key (ErrInvalidConfig): its TTL is
+//     StickyTTLSeconds, so one place sets it.
 //   - The cap is split evenly over the shards (the shard caps sum to MaxBindings) and
 //     LRU order is exact within a shard, approximate across shards.
 //   - [Scheduler.Forget], [Scheduler.ForgetIf] and Table.Delete count nothing; Recorder.Evicted is called for

@@ -40,9 +40,8 @@ func FuzzConfigJSON(f *testing.F) {
 		if cfg.StickyTTLSeconds != nil {
 			want = time.Duration(*cfg.StickyTTLSeconds) * time.Second
 		}
-		if tc, ok := cfg.Tiers[""]; ok && tc.StickyTTLSeconds != nil {
-			want = time.Duration(*tc.StickyTTLSeconds) * time.Second
-		}
+		_, dflt := cfg.Tiers[""]
+		require.False(t, dflt, `tiers[""] is invalid`)
 		require.Equal(t, want, s.Table().TTL(""))
 		// Round trip.
 		out, err := json.Marshal(cfg)

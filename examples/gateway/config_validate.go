@@ -99,6 +99,10 @@ func (c Config) Validate() error {
 		return invalid(ErrListenAddress, "listen: %q: port must be 0..65535", c.Listen)
 	}
 	_ = host // empty host means all interfaces
+	// Before the library's check, which refuses it too: ErrTierName and this message, as before.
+	if _, ok := c.Affinity.Tiers[""]; ok {
+		return invalid(ErrTierName, `affinity.tiers[""]: empty tier name: the default pool's TTL is affinity.sticky_ttl_seconds`)
+	}
 	if err := c.Affinity.Validate(); err != nil {
 		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
@@ -132,9 +136,6 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateHeaders(); err != nil {
 		return err
-	}
-	if _, ok := c.Affinity.Tiers[""]; ok {
-		return invalid(ErrTierName, `affinity.tiers[""]: empty tier name: the default pool's TTL is affinity.sticky_ttl_seconds`)
 	}
 	for _, model := range slices.Sorted(maps.Keys(c.ModelTiers)) { // sorted: the same file, the same first error
 		switch tier := c.ModelTiers[model]; {
