@@ -41,7 +41,11 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     snapshot settings take effect for every request that starts after Reload returns;
 //     requests in flight finish on the state they started with;
 //   - bindings to backends that remain stay where they are (weight changes move no
-//     session: they only steer new ones); a removed backend is drained: new sessions
+//     session: they only steer new ones), except after a change of tenant scoping (on,
+//     off, tenant.header, tenant.api_key, the secret): it changes every binding key
+//     ("t:<tag>:<session>"), so each session is placed again on its next turn (a miss,
+//     and a move where HRW picks another backend), logged as one Warn at the reload; the
+//     old keys stay until their TTL (a return to the previous scoping finds them); a removed backend is drained: new sessions
 //     avoid it at once, and each of its bindings is broken as not_candidate (and rebound
 //     to the HRW winner) when its session returns, or expires with its TTL;
 //   - an affinity change (sticky TTL, per-tier TTLs, max_bindings, max_session_id_bytes)
@@ -65,7 +69,7 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
 //     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart];
 //     the other timeouts, limits, outlier_detection, tenant and parent-session settings
-//     change in place.
+//     change in place (a tenant change re-places every session: see above).
 //     A change of the `store` block is rejected too (a new Scheduler built by an
 //     affinity change shares the same store).
 //
@@ -164,6 +168,15 @@ func (g *Gateway) Reload(cfg Config) error {
 	select { // restart Run's loops on the new state
 	case g.reloaded <- struct{}{}:
 	default:
+	}
+	if old.tenants.rekeys(rt.tenants) {
+		// Every binding key changed ("t:<tag>:" added, removed or changed): the bindings
+		// copied over are no longer found. Decision: warn rather than refuse the reload
+		// (turning scoping on is a security fix that should not wait for a restart).
+		g.log.Warn("tenant scoping changed: every session's binding key changed, so existing sessions are placed "+
+			"again on their next turn (a miss, and a move where HRW picks another backend); the old bindings "+
+			"stay until their TTL, so the previous scoping restored within it finds them again",
+			"tenant_before", old.tenants.describe(), "tenant_after", rt.tenants.describe())
 	}
 	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
 		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber)

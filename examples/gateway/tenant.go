@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -37,6 +38,10 @@ const CacheSaltField = "cache_salt"
 // client could send "t:<tag>:<session>" itself (the tag is computable without a
 // secret) and hit or refresh a tenant's binding, and it would be held to
 // max_session_id_bytes + [TenantTagBytes] instead of max_session_id_bytes.
+//
+// A [Gateway.Reload] that turns scoping on or off or changes header, api_key or the
+// secret changes every binding key: each session is placed again on its next turn (one
+// Warn at the reload says so); cache_salt alone keeps the keys.
 type TenantConfig struct {
 	// Header names a request header carrying the tenant ID (e.g. X-Tenant-ID set by an
 	// authenticating proxy in front of the gateway). When present and non-empty it wins
@@ -103,6 +108,31 @@ func (t *tenants) identity(r *http.Request) string {
 		}
 	}
 	return anonymousTenant
+}
+
+// rekeys reports whether a request's binding key under a can differ from its key under
+// b (nil: tenant scoping off): scoping turned on or off, another tenant header or
+// api_key setting (which identity a request has), or another secret (its tag). cache_salt
+// alone re-keys nothing. Reload warns when it does: every session is placed again.
+func (a *tenants) rekeys(b *tenants) bool {
+	if a == nil || b == nil {
+		return a != b
+	}
+	return http.CanonicalHeaderKey(a.cfg.Header) != http.CanonicalHeaderKey(b.cfg.Header) ||
+		a.cfg.APIKey != b.cfg.APIKey || !bytes.Equal(a.secret, b.secret)
+}
+
+// describe is t's identity source for a log line: "off", or the header, api_key and
+// whether the tags are keyed (never the secret).
+func (t *tenants) describe() string {
+	if t == nil {
+		return "off"
+	}
+	keyed := "unkeyed"
+	if t.secret != nil {
+		keyed = "keyed by " + t.cfg.SecretEnv
+	}
+	return fmt.Sprintf("header=%q api_key=%t %s", t.cfg.Header, t.cfg.APIKey, keyed)
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" value ("" otherwise).
