@@ -138,7 +138,8 @@
 // [Gateway.Reload] (SIGHUP in the command, or [Gateway.WatchConfig]) applies a new
 // configuration in place: the routing state (config, backends, tiers, Scheduler, prober)
 // is an immutable snapshot swapped atomically, each request uses the one it started
-// with, bindings to backends that remain never move, removed backends drain (their
+// with, bindings to backends that remain never move (but see tenant scoping below),
+// removed backends drain (their
 // bindings break as not_candidate when their sessions return), and a bad config is
 // rejected with a log line while the old one keeps serving. Decisions:
 //
@@ -150,6 +151,12 @@
 //   - A new prober (changed health settings, or backends while health.enabled) starts
 //     from Healthy; backends the old one held Down are marked up again and are caught by
 //     the passive check or the new prober's first failed rounds.
+//   - A change of tenant scoping (turned on or off, tenant.header, tenant.api_key, the
+//     secret) changes every binding key, so each session is placed again on its next
+//     turn (a miss; a move where HRW picks another backend). The reload is applied and
+//     logs one Warn saying so, rather than being refused: turning scoping on is a
+//     security fix that should not wait for a restart. The old keys are kept until their
+//     TTL, so going back to the previous scoping within it finds them again.
 //   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
