@@ -281,19 +281,47 @@ func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
 }
 
 // WatchConfig polls the file at path on every tick (the caller owns the ticker, e.g.
-// time.NewTicker(2*time.Second).C) and calls [Gateway.ReloadFile] when its modification
-// time or size changed since the last look (the first look only records them). A file
-// that cannot be stat'ed is skipped until it can. It returns nil when ctx is done or
-// ticks is closed. No new dependency (no inotify): a change is seen within one tick.
+// time.NewTicker(2*time.Second).C) and calls [Gateway.ReloadFile] when it changed since
+// the last look (the first look only records it): another modification time, another
+// size, or another file (os.SameFile: device and inode), so a replacement renamed over
+// path with the same size and modification time (cp -p, rsync -t, install -p, then mv)
+// is loaded too. path is followed through symlinks (os.Stat), so a symlink swapped to
+// another target is a change. It returns nil when ctx is done or ticks is closed. No new
+// dependency (no inotify): a change is seen within one tick.
+//
+// A path that cannot be stat'ed — missing, a dangling symlink, or another error — is
+// skipped until it can (the current configuration keeps serving), with one Warn when it
+// starts ("watched config file is missing", "... is a dangling symlink", or "... cannot
+// be read") and one Info when the file is back; not a line per tick. The file that comes
+// back is loaded if it differs from the last one seen. Limit: a file rewritten in place
+// (same inode) keeping its size and modification time is not seen; SIGHUP
+// ([Gateway.ReloadFile]) loads it.
 func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan time.Time, override func(*Config)) error {
-	stamp := func() (time.Time, int64, bool) {
+	var last fs.FileInfo // the last file seen; nil: none yet
+	problem := ""        // the Warn logged for the current failure to stat path; "": none
+	look := func() fs.FileInfo {
 		fi, err := os.Stat(path)
-		if err != nil {
-			return time.Time{}, 0, false
+		if err == nil {
+			if problem != "" {
+				g.log.Info("watched config file is back", "path", path)
+				problem = ""
+			}
+			return fi
 		}
-		return fi.ModTime(), fi.Size(), true
+		msg := "watched config file cannot be read; the current config keeps serving"
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "watched config file is missing; the current config keeps serving"
+			if lfi, lerr := os.Lstat(path); lerr == nil && lfi.Mode()&fs.ModeSymlink != 0 {
+				msg = "watched config file is a dangling symlink; the current config keeps serving"
+			}
+		}
+		if msg != problem {
+			g.log.Warn(msg, "path", path, "err", err)
+			problem = msg
+		}
+		return nil
 	}
-	mod, size, _ := stamp()
+	last = look()
 	for {
 		select {
 		case <-ctx.Done():
@@ -303,13 +331,19 @@ func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan tim
 				return nil
 			}
 		}
-		m, s, ok := stamp()
-		if !ok || (m.Equal(mod) && s == size) {
+		fi := look()
+		if fi == nil || last != nil && sameConfigFile(fi, last) {
 			continue
 		}
-		mod, size = m, s
+		last = fi
 		_ = g.ReloadFile(path, override) // logged
 	}
+}
+
+// sameConfigFile reports whether a and b, two os.Stat results of the watched path, are
+// the same file unchanged: same modification time, size and identity (os.SameFile).
+func sameConfigFile(a, b fs.FileInfo) bool {
+	return a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size() && os.SameFile(a, b)
 }
 
 // SaveBindings writes the current bindings to path in the affinity snapshot format
