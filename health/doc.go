@@ -40,7 +40,8 @@
 //	if err != nil { ... }
 //	go p.Run(ctx) // stops when ctx is done
 //	// operator: sched.OnBackendDraining("vllm-1") ... sched.Undrain("vllm-1")
-//	// reload: cancel ctx, sched.Health().Retain(newIDs), start a new Prober the same way
+//	// reload: cancel ctx, sched.Health().Retain(newIDs), start a new Prober the same way,
+//	// plus health.WithStartDown(the IDs p.State reports Down) so they keep their rise checks
 //
 // Users with their own health checker call the Scheduler's OnBackendDown/OnBackendUp
 // directly, or mark a [Set] and subscribe to it.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,19 @@ func WithReporter(fn func(id string, healthy bool)) ProberOption {
 	})
 }
 
+// WithStartDown makes the targets with these IDs start Down, with a verdict, as if they
+// had failed FailureThreshold times: each becomes Healthy only after SuccessThreshold
+// consecutive successful probes, and that transition goes to observers and reporters as
+// any other. Nothing is reported for them at start (the receiver is expected to hold
+// them Down already). IDs that are not targets are ignored; several WithStartDown
+// options add up. For replacing a Prober without losing which targets it held Down: pass
+// the old one's Down targets (Prober.State), so that a reload of the health settings
+// does not declare a dead backend healthy.
+func WithStartDown(ids ...string) ProberOption {
+	ids = slices.Clone(ids)
+	return proberOptionFunc(func(p *Prober) { p.startDown = append(p.startDown, ids...) })
+}
+
 // Prober is an optional active health checker for users who have none: it sends an HTTP
 // GET to every target's URL + Path each interval and tracks consecutive results. A target
 // starts Healthy; FailureThreshold consecutive failures mark it Down, then
@@ -91,7 +105,9 @@ func WithReporter(fn func(id string, healthy bool)) ProberOption {
 //
 // Replacing a Prober (configuration reload, restart of the checker): give the new one a
 // [WithReporter] wired to the same receiver and call [Set.Retain] with its target IDs;
-// the receiver then converges to the new Prober's view (see WithReporter). [WithObserver]
+// the receiver then converges to the new Prober's view (see WithReporter). To keep the
+// targets the old one held Down from being reported healthy after a single success,
+// start the new one with [WithStartDown] of them: they rise after SuccessThreshold. [WithObserver]
 // transitions start from "all Healthy" and are kept for compatibility.
 //
 // It starts no goroutine of its own outside [Prober.Run] and [Prober.ProbeOnce], and those
@@ -104,7 +120,8 @@ type Prober struct {
 	ticks     <-chan time.Time
 	observers []func(Transition)
 	reporters []func(id string, healthy bool)
-	states    Set // mirror of the targets' states; delivers observer calls
+	startDown []string // WithStartDown: applied by NewProber
+	states    Set      // mirror of the targets' states; delivers observer calls
 
 	roundMu  sync.Mutex // serializes rounds; guards targets[i].fails/succs/state/known
 	reportMu sync.Mutex // serializes reporter calls, taken before roundMu is released
@@ -170,6 +187,14 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}
+	for _, id := range p.startDown {
+		if i := slices.IndexFunc(p.targets, func(t probeTarget) bool { return t.id == id }); i >= 0 {
+			t := &p.targets[i]
+			t.known, t.state, t.fails = true, Down, rc.failureThreshold
+			p.states.update(id, func(entry) entry { return makeEntry(true, false) }) // before any subscriber: not delivered
+		}
+	}
+	p.startDown = nil
 	for _, fn := range p.observers {
 		p.states.Subscribe(fn)
 	}
