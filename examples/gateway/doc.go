@@ -149,8 +149,13 @@
 //     instant between the copy and the swap is bound by HRW, which is where a binding
 //     copied a moment later would not override it (a live binding wins).
 //   - A new prober (changed health settings, or backends while health.enabled) starts
-//     from Healthy; backends the old one held Down are marked up again and are caught by
-//     the passive check or the new prober's first failed rounds.
+//     the backends the old one held Down (same ID and URL) Down: each comes back after
+//     success_threshold passing probes, logged as a "backend state change" like any
+//     other. Decision: otherwise every reload of the health settings declared dead
+//     backends healthy (until the passive check or failure_threshold failed rounds
+//     caught them again), without a log line. The others start Healthy; a backend held
+//     Down whose URL changed (another server) or, with health checks now disabled, every
+//     one held Down is marked up, with a "backend state change" line.
 //   - A change of tenant scoping (turned on or off, tenant.header, tenant.api_key, the
 //     secret) changes every binding key, so each session is placed again on its next
 //     turn (a miss; a move where HRW picks another backend). The reload is applied and

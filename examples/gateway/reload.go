@@ -61,9 +61,13 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     and the outstanding-load gauges keep counting the old one's requests until they
 //     end (outstanding.go);
 //   - a health change (or a changed backend set or URL while health.enabled) builds a new
-//     prober that starts from Healthy, and [Gateway.Run] restarts its loops with the new
-//     intervals; backends the old prober held Down are marked up again (the passive
-//     check and the new prober catch them within a round or a request if still down);
+//     prober, and [Gateway.Run] restarts its loops with the new intervals; a backend the
+//     old prober held Down (same ID and URL) starts Down in the new one
+//     (health.WithStartDown) and comes back after success_threshold passing probes, as
+//     it would have (the log's held_down lists them); every other backend starts
+//     Healthy. A backend the old prober held Down whose URL changed, or every one when
+//     health checks are disabled (nothing would lift the mark), is marked up, with a
+//     "backend state change" line;
 //   - a change of `listen`, or of a setting the listener, the http.Server or the backend
 //     transport were built with (timeouts.dial_seconds, backend_idle_conn_seconds,
 //     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
@@ -116,8 +120,16 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 	rt.prober = old.prober
 	newProber := !sameProbing(old, rt)
+	var heldDown []string // backends the old prober held Down that the new one starts Down
 	if newProber {
-		if rt.prober, err = g.newProber(rt); err != nil {
+		if rt.cfg.healthEnabled() && old.prober != nil {
+			for _, b := range rt.backends {
+				if ob := old.byID[b.id]; ob != nil && ob.url.String() == b.url.String() && old.prober.State(b.id) == health.Down {
+					heldDown = append(heldDown, b.id)
+				}
+			}
+		}
+		if rt.prober, err = g.newProber(rt, heldDown...); err != nil {
 			return err
 		}
 	}
@@ -158,11 +170,21 @@ func (g *Gateway) Reload(cfg Config) error {
 			rt.sched.Health().Forget(b.id)
 			continue
 		}
-		// The new prober starts from Healthy (with health disabled there is none): a
-		// backend the old one held Down is marked up, or nothing would lift the mark.
-		// Ejected backends stay down until their ejection ends.
-		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down && !g.isPassive(b.id) {
+		// A backend the old prober held Down stays Down in the new one (heldDown: it rises
+		// after success_threshold probes, logged by onProbe). With health disabled there
+		// is no prober to lift the mark, and a changed URL is another server: mark it up
+		// (logged). Ejected backends stay down until their ejection ends.
+		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down && !slices.Contains(heldDown, b.id) &&
+			!g.isPassive(b.id) {
+			why := "reload: health checks disabled; nothing would lift the active check's Down"
+			if rt.prober != nil {
+				why = "reload: url changed; the new prober starts it healthy"
+			}
+			from := rt.sched.Health().State(b.id)
 			rt.sched.OnBackendUp(b.id)
+			if to := rt.sched.Health().State(b.id); to != from {
+				g.log.Warn("backend state change", "backend", b.id, "from", from.String(), "to", to.String(), "why", why)
+			}
 		}
 	}
 	select { // restart Run's loops on the new state
@@ -179,7 +201,7 @@ func (g *Gateway) Reload(cfg Config) error {
 			"tenant_before", old.tenants.describe(), "tenant_after", rt.tenants.describe())
 	}
 	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
-		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber)
+		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil
 }
 

@@ -96,7 +96,7 @@ func newRouting(cfg Config) (*routing, error) {
 
 // newProber builds the active prober of rt (nil when health.enabled is false). Its
 // transitions go to whichever Scheduler is current when they happen.
-func (g *Gateway) newProber(rt *routing) (*health.Prober, error) {
+func (g *Gateway) newProber(rt *routing, startDown ...string) (*health.Prober, error) {
 	if !rt.cfg.healthEnabled() {
 		return nil, nil
 	}
@@ -110,6 +110,9 @@ func (g *Gateway) newProber(rt *routing) (*health.Prober, error) {
 	}
 	if g.opts.probeTicks != nil {
 		popts = append(popts, health.WithTicks(g.opts.probeTicks))
+	}
+	if len(startDown) > 0 {
+		popts = append(popts, health.WithStartDown(startDown...))
 	}
 	p, err := health.NewProber(rt.cfg.Health.ProbeConfig, targets, popts...)
 	if err != nil {
