@@ -22,14 +22,18 @@ type Backend struct {
 	pre, wbits uint64
 }
 
-// NewBackend validates and builds a Backend. id must be non-empty (else ErrInvalidBackend);
-// weight 0 means 1 (the default), otherwise it must lie in [hrw.MinWeight, hrw.MaxWeight]
-// (negative, NaN, Inf or out of range is ErrInvalidBackend wrapping hrw.ErrInvalidWeight).
+// NewBackend validates and builds a Backend. id must be non-empty and at most
+// MaxBackendIDBytes (4 KiB, the longest a binding snapshot holds) bytes long, else
+// ErrInvalidBackend; weight 0 means 1 (the default), otherwise it must lie in
+// [hrw.MinWeight, hrw.MaxWeight] (negative, NaN, Inf or out of range is ErrInvalidBackend wrapping hrw.ErrInvalidWeight).
 // HRW shares are proportional to weight. addr is stored as is. Cost: one xxh3 hash of id,
 // 0 allocs on success.
 func NewBackend(id, addr string, weight float64) (Backend, error) {
 	if id == "" {
 		return Backend{}, fmt.Errorf("%w: empty ID (addr %s)", ErrInvalidBackend, errTrunc(addr))
+	}
+	if len(id) > MaxBackendIDBytes {
+		return Backend{}, fmt.Errorf("%w: ID of %d bytes (max %d): %s", ErrInvalidBackend, len(id), MaxBackendIDBytes, errTrunc(id))
 	}
 	if weight == 0 {
 		weight = 1
