@@ -276,7 +276,11 @@
 //     written (wall clock of the Clock), cut to the tier's current TTL; expired ones, a
 //     tier now at TTL 0 and session IDs now too long are dropped; a live binding of the
 //     same key wins; a damaged or truncated input stores nothing (ErrCorruptSnapshot,
-//     ErrSnapshotVersion). Restored into a non-empty table, a binding older than the
+//     ErrSnapshotVersion). The format holds session IDs up to MaxSnapshotSessionIDBytes
+//     (64 KiB) and backend IDs up to MaxBackendIDBytes (4 KiB, which NewBackend enforces):
+//     the writer leaves out a binding over either and counts it
+//     (Scheduler.WriteSnapshot's Skipped) rather than write a file the reader rejects
+//     whole. Restored into a non-empty table, a binding older than the
 //     newest one of its TTL class in its shard takes that one's lastUse (it may live a
 //     little longer), so that the LRU lists stay sorted.
 //   - Load records are per backend ID and never removed (memory O(backend IDs seen));
@@ -378,7 +382,9 @@
 //     its own bindings to the backend are removed.
 //   - Lookup, Forget, ForgetIf: O(1); Len, Stats: O(shards); Sweep: see above.
 //   - Snapshot: O(bindings), one copy of them in memory; Restore: O(n log n) in the
-//     snapshot's records, which it holds in memory while it verifies the whole input.
+//     snapshot's records; it decodes as it reads (a 64 KiB buffer, never a copy of the
+//     input, and it stops at the first byte that cannot belong to a snapshot) and holds
+//     the records it will store while it verifies the rest of the input.
 //   - Memory: about 120 heap bytes per binding with 36-byte session IDs, key included
 //     (48 B entry + 48 B key allocation + 11-21 B of index). Entry chunks and the index
 //     are reused but not shrunk: memory stays at its high-water mark, bounded by the cap.
