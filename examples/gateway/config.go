@@ -31,7 +31,7 @@ var (
 	ErrListenAddress    = errors.New("gateway: bad listen address")                           // not host:port with port 0..65535
 	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")                           // <= 0 after defaults
 	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token, Host, Content-Length or a hop-by-hop header, or listed twice
-	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error)
+	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error), or max_session_id_bytes over MaxMaxSessionIDBytes
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
 	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers key or value or affinity.tiers name, or a tier name over 255 bytes
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a number of seconds in 0.001..1e6
@@ -55,8 +55,11 @@ var (
 	// would be a tenant of its own).
 	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
 	// ErrBindingSnapshot: binding_snapshot names a directory or another existing file
-	// that is not a regular file (a device such as /dev/null), or its directory does not
-	// exist or does not take a new file (checked by [New] and [Gateway.Reload]).
+	// that is not a regular file (a device such as /dev/null), or an existing non-empty
+	// file that is not a binding snapshot (it does not start with "SAFSNAP"), or its
+	// directory does not exist or does not take a new file (checked by [New] and
+	// [Gateway.Reload]; a reload so refused leaves the old config serving and the file
+	// untouched).
 	ErrBindingSnapshot = errors.New("gateway: bad binding_snapshot")
 )
 
@@ -178,9 +181,12 @@ type Config struct {
 	// Not needed with a shared (Redis) binding store. [New] and [Gateway.Reload] check
 	// that its directory exists and takes a new file (they create and remove a temporary
 	// file there) and that the path is not a directory or another non-regular file (such
-	// as /dev/null, which the save's rename would replace), so a bad path is
-	// [ErrBindingSnapshot] at start or reload rather than bindings lost at shutdown;
-	// [Config.Validate] does no I/O and does not check it.
+	// as /dev/null, which the save's rename would replace) nor an existing non-empty file
+	// that is not a snapshot (not starting with "SAFSNAP": the save would replace it), so
+	// a bad path is [ErrBindingSnapshot] at start or reload rather than bindings or a file
+	// lost at shutdown; [Config.Validate] does no I/O and does not check it. A loaded
+	// snapshot is removed (see [Gateway.Serve]); files over [MaxSnapshotBytes] are not
+	// loaded.
 	BindingSnapshot string `yaml:"binding_snapshot"`
 	// InjectMetadata inserts the "x_agent_serve" object into non-streaming JSON
 	// responses (which means reading each one whole and checking it is a JSON object).

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -105,6 +106,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Affinity.Validate(); err != nil {
 		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
+	}
+	if n := c.Affinity.MaxSessionIDBytes; n > MaxMaxSessionIDBytes {
+		return invalid(ErrAffinityConfig, "affinity.max_session_id_bytes: %d: above %d, the longest session ID a binding snapshot holds "+
+			"(%d bytes less the %d-byte tenant tag): the bindings of longer IDs would be lost at a restart (binding_snapshot) and at an affinity reload",
+			n, MaxMaxSessionIDBytes, affinity.MaxSnapshotSessionIDBytes, TenantTagBytes)
 	}
 	if len(c.Backends) == 0 {
 		return invalid(ErrNoBackends, "backends: at least one backend is required")
@@ -228,6 +234,14 @@ func (c Config) minInflightBytes() (int64, string) {
 	return need, fmt.Sprintf("2 x max_body_bytes + %d (%d) with tenant.cache_salt on: a salted request holds its body and the salted copy", saltedExtra, need)
 }
 
+// MaxMaxSessionIDBytes is the largest affinity.max_session_id_bytes accepted (65,511):
+// the longest session ID a binding snapshot holds (affinity.MaxSnapshotSessionIDBytes,
+// 64 KiB) less [TenantTagBytes], which the Scheduler's keys carry with tenant scoping on.
+// Decision: a larger value is [ErrAffinityConfig] at start and reload, whether or not
+// binding_snapshot is set (an affinity reload copies the bindings through a snapshot
+// too), rather than sessions that silently lose their binding at a restart or reload.
+const MaxMaxSessionIDBytes = affinity.MaxSnapshotSessionIDBytes - TenantTagBytes
+
 // MaxBackendIDBytes is the longest backends[].id accepted, in bytes. The id is a label
 // value of every per-backend metric series, a log field and a response header
 // (X-Agent-Serve-Backend), so it is kept short and printable.
@@ -286,7 +300,10 @@ func checkBackendURL(raw string) error {
 // checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will
 // write it: not a directory nor any other existing non-regular file (a device such as
 // /dev/null, a FIFO, a socket: the save renames a new file over the path and would replace
-// it), and its directory exists and takes a new file, tried by
+// it), not an existing non-empty file that does not start with "SAFSNAP" (the magic of
+// every snapshot version, affinity.SnapshotMagic: another file there, say the config
+// itself, would be replaced at shutdown; a file that cannot be read is left to the load,
+// which keeps it aside), and its directory exists and takes a new file, tried by
 // creating and removing a temporary file there, as [Gateway.SaveBindings] writes one and
 // renames it over path. Errors wrap [ErrInvalidConfig] and [ErrBindingSnapshot] (and
 // the os error). Cost: a few system calls.
@@ -300,6 +317,11 @@ func checkBindingSnapshot(path string) error {
 			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is a directory; want a file path", path)
 		case !fi.Mode().IsRegular(): // e.g. /dev/null: the save's rename would replace the device node
 			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is not a regular file (%v); want a regular file or a new path", path, fi.Mode().Type())
+		case fi.Size() > 0:
+			if head, ok := notASnapshot(path); ok {
+				return invalid(ErrBindingSnapshot, "binding_snapshot: %q: exists and is not a binding snapshot (it starts with %q, not %q); "+
+					"it would be replaced at shutdown: name a new path or a snapshot file", path, head, snapshotPrefix)
+			}
 		}
 	}
 	dir := filepath.Dir(path)
@@ -317,4 +339,22 @@ func checkBindingSnapshot(path string) error {
 	_ = f.Close()
 	_ = os.Remove(name)
 	return nil
+}
+
+// snapshotPrefix opens a binding snapshot of any version: affinity.SnapshotMagic
+// ("SAFSNAP1") without its version byte.
+const snapshotPrefix = "SAFSNAP"
+
+// notASnapshot reads the first bytes of the file at path and returns them and true when
+// they cannot open a binding snapshot. A file it cannot read, or whose bytes are a
+// prefix of snapshotPrefix (a truncated snapshot: the load keeps it aside), passes.
+func notASnapshot(path string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	head := make([]byte, len(snapshotPrefix))
+	n, _ := io.ReadFull(f, head)
+	return string(head[:n]), string(head[:n]) != snapshotPrefix[:n]
 }

@@ -171,14 +171,29 @@
 // at once. Decision: the command calls it on a second SIGINT or SIGTERM — kill twice =
 // now, what operators expect; the bindings are still saved. With binding_snapshot
 // set, it saves the binding table to that file on shutdown (written to a temporary file
-// and renamed) and loads it on start: remaining TTLs are preserved minus the downtime, and
-// a damaged file is logged and ignored (the gateway starts empty rather than not at all).
-// Decision: the damaged file is kept, renamed to <path>.damaged ([DamagedSnapshotSuffix];
-// an older one is replaced: only the latest evidence is kept, and disk use stays
-// bounded), since the snapshot saved at shutdown would otherwise overwrite it.
-// [New] and [Gateway.Reload] check that the file's directory exists and takes a new file
-// (creating and removing a temporary file there): a bad path is [ErrBindingSnapshot] at
-// start or reload, not bindings lost at shutdown.
+// and renamed) and loads it on start: remaining TTLs are preserved minus the downtime.
+// Decisions (README, binding_snapshot):
+//
+//   - A loaded file is consumed (removed), so a crash before the next shutdown save
+//     starts empty rather than restore bindings that moved since (each would be a hit on
+//     a cold backend); a Serve that fails after the load still saves on the way out. The
+//     load is logged when it starts (path, size) and ends (bindings, dropped as expired,
+//     duration).
+//   - A damaged file, or one that cannot be read, is logged and kept, renamed to
+//     <path>.damaged ([DamagedSnapshotSuffix]; an older one is replaced: only the latest
+//     evidence is kept, and disk use stays bounded), since the snapshot saved at shutdown
+//     would otherwise overwrite it; the gateway starts empty rather than not at all. An
+//     unreadable file that cannot be renamed is not saved over (Serve returns an error).
+//   - A file over [MaxSnapshotBytes] (max_bindings records of the longest kind the
+//     config accepts) is damaged and not read; a smaller one is decoded as it is read.
+//   - [New] and [Gateway.Reload] check that the file's directory exists and takes a new
+//     file (creating and removing a temporary file there) and that the path is not an
+//     existing file other than a snapshot (non-empty and not starting with "SAFSNAP"):
+//     a bad path is [ErrBindingSnapshot] at start or reload, not bindings or a file lost
+//     at shutdown.
+//   - affinity.max_session_id_bytes is at most [MaxMaxSessionIDBytes], the longest
+//     session ID a snapshot holds less the tenant tag.
+//
 // The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see
 // affinity.Table.Snapshot). With a shared binding store no snapshot is needed.
 //

@@ -8,7 +8,6 @@ import (
 	"hash/maphash"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"time"
@@ -366,53 +365,4 @@ func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan tim
 // the same file unchanged: same modification time, size and identity (os.SameFile).
 func sameConfigFile(a, b fs.FileInfo) bool {
 	return a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size() && os.SameFile(a, b)
-}
-
-// SaveBindings writes the current bindings to path in the affinity snapshot format
-// (affinity.Table.Snapshot), atomically: to a temporary file in the same directory,
-// synced, then renamed over path, so a crash never leaves half a snapshot. It returns how
-// many bindings it wrote. Safe for concurrent use; call it after the last request for an
-// exact copy ([Gateway.Serve] does when binding_snapshot is set).
-func (g *Gateway) SaveBindings(path string) (int, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return 0, fmt.Errorf("gateway: save bindings: %w", err)
-	}
-	n, err := g.state().sched.Snapshot(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return 0, fmt.Errorf("gateway: save bindings: %w", err)
-	}
-	return n, nil
-}
-
-// LoadBindings restores the bindings saved by [Gateway.SaveBindings] at path and returns
-// how many it stored (see affinity.Table.Restore: remaining TTL kept minus the time since
-// the save, expired ones dropped, bindings to backends no longer configured break as
-// not_candidate when their session returns). A missing file returns -1 and nil. A
-// damaged file returns an error wrapping affinity.ErrCorruptSnapshot or
-// affinity.ErrSnapshotVersion and stores nothing.
-func (g *Gateway) LoadBindings(path string) (int, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return -1, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("gateway: load bindings: %w", err)
-	}
-	defer f.Close()
-	n, err := g.state().sched.Restore(f)
-	if err != nil {
-		return 0, fmt.Errorf("gateway: load bindings %s: %w", path, err)
-	}
-	return n, nil
 }

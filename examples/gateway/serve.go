@@ -85,15 +85,30 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // shutdown drain"; upgrade tunnels, which Shutdown does not wait for, are closed when
 // the drain is over), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
-// ([Gateway.SaveBindings]). Before serving it loads that file if it exists
-// ([Gateway.LoadBindings]; a missing file is not an error; a damaged one is logged and
-// renamed to the path plus [DamagedSnapshotSuffix], replacing an older one, so the
-// snapshot saved at shutdown does not overwrite it, and the gateway starts with an empty
-// table rather than not at all). It returns nil
-// after a clean shutdown, or the error of saving the snapshot.
+// ([Gateway.SaveBindings]).
+//
+// Before serving it loads that file if it exists ([Gateway.LoadBindings]; a missing
+// file is not an error), logging when the load starts and ends. Decisions:
+//
+//   - A loaded file is consumed (removed): after a crash the gateway starts empty rather
+//     than restore bindings that may have moved since (each would come back as a hit on
+//     a cold backend); the shutdown save writes a fresh one. If Serve fails after the
+//     load (its listener fails), it still saves on the way out, so the bindings are not
+//     lost; only a process that dies before its shutdown save starts empty next time.
+//   - A damaged file, or one that cannot be read (permission denied, an I/O error), is
+//     logged and renamed to the path plus [DamagedSnapshotSuffix], replacing an older
+//     one, so the snapshot saved at shutdown does not overwrite it, and the gateway
+//     starts with an empty table rather than not at all. An unreadable file that cannot
+//     be renamed either is not saved over: the shutdown logs an Error and Serve returns
+//     an error instead of replacing it.
+//
+// It returns nil after a clean shutdown, or the error of saving the snapshot (or of not
+// saving it, as above).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	if path := g.state().cfg.BindingSnapshot; path != "" {
-		g.loadAtStart(path) // snapshot_damaged.go
+	loaded := g.state().cfg.BindingSnapshot
+	var keep error // loaded holds a file that must not be saved over
+	if loaded != "" {
+		keep = g.loadAtStart(loaded) // snapshot_damaged.go
 	}
 	srv := g.HTTPServer()
 	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with
@@ -127,12 +142,20 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Wait()
 	g.Close()
 	if path := g.state().cfg.BindingSnapshot; path != "" {
-		n, serr := g.SaveBindings(path)
+		if keep != nil && path == loaded {
+			serr := fmt.Errorf("gateway: binding snapshot not saved: %w", keep)
+			g.log.Error("binding snapshot not saved: the file there could not be read at start nor kept aside, and saving would replace it", "path", path, "err", keep)
+			return errors.Join(err, serr)
+		}
+		st, serr := g.saveBindings(path)
 		if serr != nil {
 			g.log.Error("binding snapshot not saved", "path", path, "err", serr)
 			return errors.Join(err, serr)
 		}
-		g.log.Info("binding snapshot saved", "path", path, "bindings", n)
+		if st.Skipped > 0 {
+			g.log.Warn("binding snapshot: bindings the format cannot hold were left out", "path", path, "skipped", st.Skipped)
+		}
+		g.log.Info("binding snapshot saved", "path", path, "bindings", st.Bindings, "skipped", st.Skipped)
 	}
 	return err
 }

@@ -2,37 +2,76 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // DamagedSnapshotSuffix is appended to binding_snapshot's path to keep aside a snapshot
-// that [Gateway.Serve] could not load because it is damaged (see [Gateway.Serve]).
+// that [Gateway.Serve] could not load because it is damaged or cannot be read (see
+// [Gateway.Serve]).
 const DamagedSnapshotSuffix = ".damaged"
 
 // loadAtStart loads the binding snapshot at path for [Gateway.Serve] and logs the
-// outcome. A damaged file (affinity.ErrCorruptSnapshot, or affinity.ErrSnapshotVersion:
-// not a snapshot this build reads) is renamed to path+DamagedSnapshotSuffix, replacing
-// an older one, so that the snapshot saved at shutdown does not destroy the evidence.
-// Whatever the error, the gateway starts with an empty table rather than not at all.
-func (g *Gateway) loadAtStart(path string) {
-	n, err := g.LoadBindings(path)
+// outcome: "loading binding snapshot" (path, size) before, "binding snapshot loaded"
+// (bindings stored, records, dropped as expired, duration) after.
+//
+//   - Loaded: the file is consumed (removed), so a crash before the shutdown save
+//     starts empty instead of restoring bindings that moved since; the shutdown writes a
+//     fresh one.
+//   - Damaged (affinity.ErrCorruptSnapshot, too large included, or
+//     affinity.ErrSnapshotVersion: not a snapshot this build reads) or unreadable
+//     (permission denied, an I/O error): renamed to path+DamagedSnapshotSuffix, replacing
+//     an older one, so the snapshot saved at shutdown does not destroy it.
+//
+// Whatever the error, the gateway starts with an empty table rather than not at all. It
+// returns non-nil when path holds a file that could neither be read nor kept aside:
+// Serve must then not save over it.
+func (g *Gateway) loadAtStart(path string) (keep error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // a first start
+	}
+	if err == nil {
+		g.log.Info("loading binding snapshot", "path", path, "bytes", fi.Size())
+	}
+	start := time.Now()
+	st, err := g.loadBindings(path)
 	switch {
+	case err == nil && st.Stored < 0: // removed between the Stat and the Open
+		return nil
 	case err == nil:
-		if n >= 0 {
-			g.log.Info("binding snapshot loaded", "path", path, "bindings", n)
+		removed := true
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			removed = false
+			g.log.Warn("binding snapshot loaded but not removed: a crash before the shutdown save would restore these bindings again, even those that move in the meantime",
+				"path", path, "err", rerr)
 		}
+		g.log.Info("binding snapshot loaded", "path", path, "bindings", st.Stored, "records", st.Records,
+			"dropped_expired", st.Expired, "dropped_too_long", st.TooLong, "duration", time.Since(start), "file_removed", removed)
+		return nil
 	case errors.Is(err, affinity.ErrCorruptSnapshot), errors.Is(err, affinity.ErrSnapshotVersion):
 		kept := path + DamagedSnapshotSuffix
 		if rerr := os.Rename(path, kept); rerr != nil {
 			g.log.Error("binding snapshot not loaded; starting with an empty table; the damaged file could not be kept aside and will be replaced at shutdown",
 				"path", path, "err", err, "rename_err", rerr)
-			return
+			return nil
 		}
 		g.log.Error("binding snapshot not loaded; starting with an empty table; the damaged file is kept",
 			"path", path, "kept_as", kept, "err", err)
-	default:
-		g.log.Error("binding snapshot not loaded; starting with an empty table", "path", path, "err", err)
+		return nil
+	default: // cannot be read: keep it as a damaged one, or do not save over it
+		kept := path + DamagedSnapshotSuffix
+		if rerr := os.Rename(path, kept); rerr != nil {
+			g.log.Error("binding snapshot not loaded; starting with an empty table; the unreadable file could not be kept aside, so no snapshot will be saved at shutdown",
+				"path", path, "err", err, "rename_err", rerr)
+			return fmt.Errorf("%s could not be read at start (%w) nor kept aside (%w)", path, err, rerr)
+		}
+		g.log.Error("binding snapshot not loaded; starting with an empty table; the unreadable file is kept",
+			"path", path, "kept_as", kept, "err", err)
+		return nil
 	}
 }

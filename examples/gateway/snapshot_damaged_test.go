@@ -16,7 +16,8 @@ import (
 )
 
 // A binding snapshot Serve cannot load because it is damaged (a flipped byte, a
-// truncation, another format) is kept as <path>.damaged, replacing an older one, before
+// truncation, another snapshot version; a file that is not a snapshot at all is refused
+// by New: TestBindingSnapshotRefusesAForeignFile) is kept as <path>.damaged, replacing an older one, before
 // the gateway serves with an empty table; the snapshot saved at shutdown goes to <path>.
 // A missing file is only a first start. (Before: the damaged file was overwritten at
 // shutdown, evidence lost.)
@@ -44,7 +45,7 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 	}{
 		{"flipped byte", flipped, false, true},
 		{"truncated, older .damaged replaced", good[:len(good)-3], true, true},
-		{"another format", []byte("NOTASNAPSHOT at all"), false, true},
+		{"another snapshot version", append([]byte("SAFSNAP2"), good[8:]...), false, true},
 		{"missing", nil, false, false},
 	}
 	for _, tt := range tests {
