@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"slices"
 	"time"
 
@@ -56,7 +57,8 @@ type SnapshotRestoreStats struct {
 // Safe for concurrent use (each binding is stored under its shard's lock, like Bind).
 // Cost: O(records log records) time; memory: a 64 KiB read buffer and the records that
 // will be stored (those neither expired nor too long), about 80 bytes plus the IDs each,
-// never a copy of the whole input.
+// never a copy of the whole input (when r tells its size, through Len or a regular
+// file's Stat, room for its records is made once, at most 2^20 of them).
 func (t *Table) Restore(r io.Reader) (int, error) {
 	st, err := t.RestoreSnapshot(r)
 	return st.Stored, err
@@ -78,7 +80,16 @@ func (t *Table) RestoreSnapshot(r io.Reader) (SnapshotRestoreStats, error) {
 	}
 	var ps []pending
 	var st SnapshotRestoreStats
-	records, err := decodeSnapshot(r, func(written time.Time, b Binding) {
+	size := sizeHint(r)
+	records, err := decodeSnapshot(r, func(count uint64) {
+		// Room for every record when r tells its size, up to 2^20 records (about 80
+		// MB): each record takes at least 5 bytes, so a forged count cannot make this
+		// allocate more than the input could hold, nor much at all; beyond, or when r
+		// does not tell, ps grows as records arrive.
+		if size >= 0 {
+			ps = make([]pending, 0, min(count, uint64(size)/5, 1<<20))
+		}
+	}, func(written time.Time, b Binding) {
 		cls, ok := t.classOf(b.Tier)
 		if !ok {
 			st.Expired++
@@ -153,11 +164,25 @@ func (t *Table) wallNow() time.Time { return t.clock.base.Add(time.Duration(t.cl
 // maxTTL bounds a stored remaining TTL (about 292 years: any int64 duration).
 const maxTTL = time.Duration(1<<63 - 1)
 
-// decodeSnapshot reads a whole snapshot from r, calls keep for each record as it is
-// decoded (with the snapshot's write time), and returns the number of records once the
-// checksum and the end of the input are verified. The caller must store nothing before
-// it returns nil.
-func decodeSnapshot(r io.Reader, keep func(written time.Time, b Binding)) (int, error) {
+// sizeHint returns the number of bytes r holds when it tells (a bytes.Reader,
+// bytes.Buffer or strings.Reader through Len, a regular file through Stat), else -1.
+func sizeHint(r io.Reader) int64 {
+	switch v := r.(type) {
+	case interface{ Len() int }:
+		return int64(v.Len())
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if fi, err := v.Stat(); err == nil && fi.Mode().IsRegular() {
+			return fi.Size()
+		}
+	}
+	return -1
+}
+
+// decodeSnapshot reads a whole snapshot from r, calls begin with the record count (not
+// yet verified) and keep for each record as it is decoded (with the snapshot's write
+// time), and returns the number of records once the checksum and the end of the input
+// are verified. The caller must store nothing before it returns nil.
+func decodeSnapshot(r io.Reader, begin func(count uint64), keep func(written time.Time, b Binding)) (int, error) {
 	sr := &snapReader{src: r, buf: make([]byte, 64<<10)}
 	corrupt := func(format string, args ...any) (int, error) {
 		return 0, fmt.Errorf("%w: "+format, append([]any{ErrCorruptSnapshot}, args...)...)
@@ -181,6 +206,7 @@ func decodeSnapshot(r io.Reader, keep func(written time.Time, b Binding)) (int, 
 	if err != nil {
 		return sr.cut("record count", err)
 	}
+	begin(count)
 	for k := uint64(0); k < count; k++ {
 		var b Binding
 		var rem uint64
