@@ -107,10 +107,10 @@ func (c Config) Validate() error {
 	if err := c.Affinity.Validate(); err != nil {
 		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
-	if n := c.Affinity.MaxSessionIDBytes; n > MaxMaxSessionIDBytes {
+	if n := c.Affinity.MaxSessionIDBytes; n > SessionIDBytesCap {
 		return invalid(ErrAffinityConfig, "affinity.max_session_id_bytes: %d: above %d, the longest session ID a binding snapshot holds "+
 			"(%d bytes less the %d-byte tenant tag): the bindings of longer IDs would be lost at a restart (binding_snapshot) and at an affinity reload",
-			n, MaxMaxSessionIDBytes, affinity.MaxSnapshotSessionIDBytes, TenantTagBytes)
+			n, SessionIDBytesCap, affinity.MaxSnapshotSessionIDBytes, TenantTagBytes)
 	}
 	if len(c.Backends) == 0 {
 		return invalid(ErrNoBackends, "backends: at least one backend is required")
@@ -234,13 +234,13 @@ func (c Config) minInflightBytes() (int64, string) {
 	return need, fmt.Sprintf("2 x max_body_bytes + %d (%d) with tenant.cache_salt on: a salted request holds its body and the salted copy", saltedExtra, need)
 }
 
-// MaxMaxSessionIDBytes is the largest affinity.max_session_id_bytes accepted (65,511):
+// SessionIDBytesCap is the largest affinity.max_session_id_bytes accepted (65,511):
 // the longest session ID a binding snapshot holds (affinity.MaxSnapshotSessionIDBytes,
 // 64 KiB) less [TenantTagBytes], which the Scheduler's keys carry with tenant scoping on.
 // Decision: a larger value is [ErrAffinityConfig] at start and reload, whether or not
 // binding_snapshot is set (an affinity reload copies the bindings through a snapshot
 // too), rather than sessions that silently lose their binding at a restart or reload.
-const MaxMaxSessionIDBytes = affinity.MaxSnapshotSessionIDBytes - TenantTagBytes
+const SessionIDBytesCap = affinity.MaxSnapshotSessionIDBytes - TenantTagBytes
 
 // MaxBackendIDBytes is the longest backends[].id accepted, in bytes. The id is a label
 // value of every per-backend metric series, a log field and a response header

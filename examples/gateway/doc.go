@@ -191,7 +191,7 @@
 //     existing file other than a snapshot (non-empty and not starting with "SAFSNAP"):
 //     a bad path is [ErrBindingSnapshot] at start or reload, not bindings or a file lost
 //     at shutdown.
-//   - affinity.max_session_id_bytes is at most [MaxMaxSessionIDBytes], the longest
+//   - affinity.max_session_id_bytes is at most [SessionIDBytesCap], the longest
 //     session ID a snapshot holds less the tenant tag.
 //
 // The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see

@@ -16,7 +16,7 @@ import (
 // synced, then renamed over path, so a crash never leaves half a snapshot. It returns how
 // many bindings it wrote (a binding the format cannot hold is left out:
 // affinity.Table.WriteSnapshot; the gateway's limits, [MaxBackendIDBytes] and
-// [MaxMaxSessionIDBytes], make none). Safe for concurrent use; call it after the last
+// [SessionIDBytesCap], make none). Safe for concurrent use; call it after the last
 // request for an exact copy ([Gateway.Serve] does when binding_snapshot is set).
 func (g *Gateway) SaveBindings(path string) (int, error) {
 	st, err := g.saveBindings(path)

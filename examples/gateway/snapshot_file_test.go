@@ -31,8 +31,8 @@ func TestMaxSessionIDBytesHeldToTheSnapshotCap(t *testing.T) {
 		ok   bool
 	}{
 		{"default", 0, true},
-		{"the cap", gateway.MaxMaxSessionIDBytes, true},
-		{"one over", gateway.MaxMaxSessionIDBytes + 1, false},
+		{"the cap", gateway.SessionIDBytesCap, true},
+		{"one over", gateway.SessionIDBytesCap + 1, false},
 		{"64 KiB (the tag would not fit)", affinity.MaxSnapshotSessionIDBytes, false},
 		{"100000 (tester16's repro)", 100_000, false},
 		{"near MaxInt", math.MaxInt - 10, false},
@@ -47,23 +47,23 @@ func TestMaxSessionIDBytesHeldToTheSnapshotCap(t *testing.T) {
 				}
 				require.ErrorIs(t, err, gateway.ErrInvalidConfig)
 				require.ErrorIs(t, err, gateway.ErrAffinityConfig)
-				require.ErrorContains(t, err, fmt.Sprintf("affinity.max_session_id_bytes: %d: above %d", tt.n, gateway.MaxMaxSessionIDBytes))
+				require.ErrorContains(t, err, fmt.Sprintf("affinity.max_session_id_bytes: %d: above %d", tt.n, gateway.SessionIDBytesCap))
 			})
 		}
 	}
-	require.Equal(t, affinity.MaxSnapshotSessionIDBytes-gateway.TenantTagBytes, gateway.MaxMaxSessionIDBytes)
+	require.Equal(t, affinity.MaxSnapshotSessionIDBytes-gateway.TenantTagBytes, gateway.SessionIDBytesCap)
 }
 
 // At the cap, with tenant scoping on (the longest key the Scheduler stores), a session
 // survives a save and a load.
 func TestLongestSessionSurvivesASnapshot(t *testing.T) {
 	urls := jsonBackends(t, 2)
-	extra := fmt.Sprintf("affinity: {max_session_id_bytes: %d}\ntenant: {header: X-Tenant-ID}\n", gateway.MaxMaxSessionIDBytes)
+	extra := fmt.Sprintf("affinity: {max_session_id_bytes: %d}\ntenant: {header: X-Tenant-ID}\n", gateway.SessionIDBytesCap)
 	cfg := yamlConfig(t, urls, []string{"b0", "b1"}, []float64{1, 1}, extra)
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
-	long := strings.Repeat("s", gateway.MaxMaxSessionIDBytes)
+	long := strings.Repeat("s", gateway.SessionIDBytesCap)
 	for _, s := range []string{"alice", long} {
 		rec := do(t, g, chat, chatBody, map[string]string{"X-Tenant-ID": "acme", "X-Session-ID": s})
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())

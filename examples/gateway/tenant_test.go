@@ -105,7 +105,7 @@ func TestTenantAnonymousRequestsAreScoped(t *testing.T) {
 // A max_session_id_bytes near math.MaxInt with tenant scoping on is refused as a config
 // error naming the key (it once overflowed the Scheduler's room for the tag into a
 // negative limit and failed with "is negative"; since then it is above
-// MaxMaxSessionIDBytes, the snapshot's cap: TestMaxSessionIDBytesHeldToTheSnapshotCap),
+// SessionIDBytesCap, the snapshot's cap: TestMaxSessionIDBytesHeldToTheSnapshotCap),
 // and the largest accepted value works with tenant scoping on.
 func TestTenantHugeSessionLimit(t *testing.T) {
 	_, err := gateway.ParseConfig([]byte("backends: [{id: b0, url: \"http://127.0.0.1:9\"}]\n" +
@@ -113,8 +113,8 @@ func TestTenantHugeSessionLimit(t *testing.T) {
 	require.ErrorIs(t, err, gateway.ErrAffinityConfig)
 	assert.ErrorContains(t, err, "affinity.max_session_id_bytes: 9223372036854775800: above")
 	assert.NotContains(t, err.Error(), "negative")
-	g, _ := testGateway(t, fmt.Sprintf("affinity: {max_session_id_bytes: %d}\ntenant: {api_key: true}\n", gateway.MaxMaxSessionIDBytes))
-	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("s", gateway.MaxMaxSessionIDBytes)})
+	g, _ := testGateway(t, fmt.Sprintf("affinity: {max_session_id_bytes: %d}\ntenant: {api_key: true}\n", gateway.SessionIDBytesCap))
+	rec := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("s", gateway.SessionIDBytesCap)})
 	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }
 
