@@ -52,6 +52,15 @@ func PickKeyed(keyHash uint64, nodes []Node, ranker bool) (int, bool) {
 	return r.pickKeyed(premix(keyHash))
 }
 
+// lowPFixed returns 2^31·P(X·2^-31) for X < 2^31 in integers, rounded down (below
+// 2^32): the keys from P a Ranker used before it took Pick's binary64 ones, kept as
+// KeyBounds' integer reference so that the bound checks stand. Test-only.
+func lowPFixed(x uint64) uint64 {
+	y := x * x >> 32 // 2^31·x²/2
+	z := x * y >> 32 // 2^31·x³/4
+	return x + y + z + z*0xaaaaaaab>>33 + y*y>>31
+}
+
 // KeyBounds returns, for a mid value z, the bounds the keyed selection uses, each as a
 // multiple of 2^-31 where scaled: lo1 = X (first order), loP and loPFixed (2^31·P of
 // X·2^-31 in binary64 and in integers), and the upper bound H((X+1)·2^-31) unscaled. Test-only.

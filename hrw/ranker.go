@@ -97,7 +97,8 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // integers: one mix, one integer product and one addition per node over the contiguous
 // hashes and the fixed-point inverse weights and offsets prepared by [New] (no division,
 // no conversion), a proof from the winner's key without its mix, a second pass with a
-// short polynomial on about 13 % of the keys at 8 nodes (2 % at 64), the exact
+// short polynomial (in binary64, as Pick's) on about 13 % of the keys at 8 nodes (2 %
+// at 64), the exact
 // selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
 // least 8 live nodes per weight on average, the equal-weight loop per weight class (the
 // score is increasing in u for a fixed weight) and an exact comparison of the class

@@ -15,11 +15,11 @@ import "math"
 // since the terms from x⁵ on sum to at most x⁵/5·Σ x^j. (For x <= 1/2, 1/(5(1-x)) <= 0.4.)
 // The loops do not finish the mix: the top 31 bits t of the unfinished mix z are those of
 // the finished one (see mid), so with X = 2^31-1-t, X·2^-31 < x <= (X+1)·2^-31.
-// A node's key is k = X·r (first order) or k = 2^31·P(X·2^-31)·r, where r = 1/w in a
-// []Node (binary64; +Inf for weight 0, which then never has the smallest key) and
-// r = floor(2^26·wmin/w) in a [Ranker] (integer keys, every step rounded down). Either
-// way k <= 2^31·sc·(-ln u)/w·(1+ρ), with sc = 1 or 2^26·wmin and ρ <= 8·2^-53 for the
-// rounding of the binary64 operations. The low 6 bits of a packed key hold the index
+// A node's key is k = X·r (first order) or k = 2^31·P(X·2^-31)·r, where r = 1/w
+// (binary64; +Inf for weight 0, which then never has the smallest key), except for a
+// [Ranker]'s first-order keys: r = floor(2^26·wmin/w) (integer keys, every step rounded
+// down). Either way k <= 2^31·sc·(-ln u)/w·(1+ρ), with sc = 1 (binary64) or 2^26·wmin
+// (integers) and ρ <= 8·2^-53 for the rounding of the binary64 operations. The low 6 bits of a packed key hold the index
 // (float keys are truncated there, integer keys shifted up), so that one unsigned
 // minimum finds the smallest key with its index, and a second one the runner-up.
 //
@@ -101,23 +101,6 @@ func minKeyFixed(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
 	return ^b, ^b2
 }
 
-// minKeyFixedP is minKeyFixed with the keys from P (packed as in minKey: 2^31·P < 2^33,
-// so a key can wrap modulo 2^64, which only makes it smaller: still a lower bound).
-//
-//go:noinline
-func minKeyFixedP(kp uint64, pre, iw []uint64, c mixer) (b, b2 uint64) {
-	iw = iw[:len(pre)]
-	for i, h := range pre {
-		v := ^(lowPFixed(lowX(c.mid(kp^h)))*iw[i] | uint64(i)) // iw[i] is 64·r
-		b2 = max(b2, v)
-		if b < v {
-			b2 = b
-		}
-		b = max(b, v)
-	}
-	return ^b, ^b2
-}
-
 // proven reports whether the node with premixed hash pre, owner of the smallest key,
 // provably wins against every node whose key is at least k2, the runner-up's key, for
 // t = k2·w/sc (w the node's weight, sc the keys' scale: see the proof above). It takes
@@ -143,13 +126,6 @@ func lowX(z uint64) uint64 { return ^z >> 33 }
 func lowP(x float64) float64 {
 	x2 := x * x
 	return x + x2*(0x1p-32+x*(0x1p-62/3)+x2*0x1p-95)
-}
-
-// lowPFixed returns 2^31·P(X·2^-31) for X < 2^31, rounded down (below 2^32).
-func lowPFixed(x uint64) uint64 {
-	y := x * x >> 32 // 2^31·x²/2
-	z := x * y >> 32 // 2^31·x³/4
-	return x + y + z + z*0xaaaaaaab>>33 + y*y>>31
 }
 
 // upH returns H(x) for x in (0,1) (rounded: see the proof above; +Inf for x = 1).
@@ -189,16 +165,19 @@ func keyNodeX(b uint64, w float64) float64 {
 // pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most
 // packedMax; no duplicates). Its first proof is proven's loose test without the
 // winner's mix: x from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a
-// few products after the loop instead of a load, the mix and a conversion.
+// few products after the loop instead of a load, the mix and a conversion. Its second
+// pass is Pick's (minKeyP over the live nodes): keys from P in binary64 leave the
+// integer multiplier, which the mix needs, to the mix (four integer products per node
+// fewer than with keys from P in integers).
 func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
 	b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
 	i := int(b & keyIdx)
 	if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
 		return i, true
 	}
-	b, b2 = minKeyFixedP(kp, r.pre, r.iw, newMixer())
+	b, b2 = minKeyP(kp, r.live, newMixer())
 	i = int(b & keyIdx)
-	return i, proven(kp, r.pre[i], float64(b2>>6)*r.live[i].weight*r.isc, true)
+	return i, proven(kp, r.pre[i], math.Float64frombits(b2&^keyIdx)*r.live[i].weight, true)
 }
 
 // keyX returns x >= (X+1)·2^-31 >= 1-u for the owner i of the first-order packed key b
