@@ -95,3 +95,10 @@ func NodeKeyX(keyHash uint64, n Node) (fromKey float64, idx int, exact float64) 
 	b, _ := minKey(kp, []Node{n}, newMixer())
 	return keyNodeX(b, n.weight), int(b & keyIdx), float64(int64(lowX(mid(kp^n.pre))+1)) * 0x1p-31
 }
+
+// KeyedFirst returns the owner of the smallest first-order key of Pick's keyed
+// selection over at most 64 nodes (the winner its first proof tries). Test-only.
+func KeyedFirst(keyHash uint64, nodes []Node) int {
+	b, _ := minKey(premix(keyHash), nodes, newMixer())
+	return int(b & keyIdx)
+}
