@@ -162,8 +162,8 @@ type Config struct {
 	Health HealthConfig `yaml:"health"`
 	// RetryOnConnectError replays a failed request once when that is safe: it never
 	// reached the backend (dial error, write failed) or it is replayable (idempotent
-	// method or Idempotency-Key header). A stale keep-alive connection is retried on the
-	// same backend; a counted failure on the session's next HRW choice (see the package
+	// method or Idempotency-Key header). A stale keep-alive connection (closed before any
+	// response byte) is retried on the same backend; a counted failure on the session's next HRW choice (see the package
 	// doc). Nil means true.
 	RetryOnConnectError *bool `yaml:"retry_on_connect_error"`
 	// SweepSeconds is how often [Gateway.Run] reclaims expired bindings

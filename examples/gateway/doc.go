@@ -262,8 +262,11 @@
 // Retries (retry_on_connect_error, default true) follow net/http.Transport's rule: only a
 // request that never reached the backend (dial error, write failed) or a replayable one
 // (idempotent method or Idempotency-Key header) is sent again. A keep-alive connection
-// the backend had closed (a connection error on a reused connection) is the benign
-// keep-alive race: it is retried once on the same backend and not counted. After a
+// the backend had closed (a connection error on a reused connection before any byte of
+// a response arrived) is the benign keep-alive race: it is retried once on the same
+// backend and not counted. A connection that sent something first (a 1xx, part of a
+// status line) was alive: its failure counts, and a 1xx it sent has already reached the
+// client when the retry's response follows. After a
 // counted failure the request goes, this once, to the session's next HRW choice among
 // the other eligible backends (Healthy, else Draining) — with affinity.load on, the
 // first of them in the session's HRW ranking whose load is under the balance bound (the

@@ -153,7 +153,7 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 		// The backend may have answered before reading the whole body (401, 413) and
 		// closed: its response is in the receive buffer. Forward it, never reuse c.
 		// (Not for a request-body read error: the backend is still waiting then.)
-		resp, rerr := t.readEarly(ctx, c, req, trace)
+		resp, rerr := t.readEarly(ctx, c, req, trace, a)
 		if rerr != nil {
 			stop()
 			_ = c.Conn.Close()
@@ -166,7 +166,7 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 		_ = c.Conn.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	resp, err := readResponse(c, req, trace)
+	resp, err := readResponse(c, req, trace, a)
 	if err != nil {
 		stop()
 		_ = c.Conn.Close()

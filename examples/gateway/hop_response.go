@@ -75,14 +75,14 @@ func (w *connWriter) Write(p []byte) (int, error) {
 
 // readEarly reads a response on c after writing req failed, waiting at most
 // earlyResponseWait; any error (none arrived) means the write error stands.
-func (t *directTransport) readEarly(ctx context.Context, c *hopConn, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+func (t *directTransport) readEarly(ctx context.Context, c *hopConn, req *http.Request, trace *httptrace.ClientTrace, a *attemptInfo) (*http.Response, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	if err := c.Conn.SetReadDeadline(time.Now().Add(earlyResponseWait)); err != nil {
 		return nil, err
 	}
-	resp, err := readResponse(c, req, trace)
+	resp, err := readResponse(c, req, trace, a)
 	if err != nil {
 		return nil, err
 	}
@@ -92,17 +92,27 @@ func (t *directTransport) readEarly(ctx context.Context, c *hopConn, req *http.R
 	return resp, nil
 }
 
-// readResponse reads the response to req on c: informational responses go to the
-// trace's Got1xxResponse (if any), the header phase is capped at
+// readResponse reads the response to req on c, recording in a (when not nil) and
+// telling the trace's GotFirstResponseByte when its first byte arrives: informational
+// responses go to the trace's Got1xxResponse (if any), the header phase is capped at
 // maxResponseHeaderBytes. Errors: the read's (I/O), the hook's, or one wrapping
 // ErrBadResponse: a parse error, errHeaderBudget, a status outside 100-599, too many 1xx
 // responses, or a 101 to a
 // request that asked for no upgrade (the directTransport hands Upgrade requests to its
 // fallback, so every 101 it reads is unsolicited; reusing its connection afterwards
 // would read the switched protocol as HTTP).
-func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace, a *attemptInfo) (*http.Response, error) {
 	c.in.left = maxResponseHeaderBytes
 	defer func() { c.in.left = math.MaxInt64 }() // bodies are not capped
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, badResponse(err) // nothing arrived: a stale keep-alive connection if reused
+	}
+	if a != nil {
+		a.responded.Store(true) // from here on a failure is not the keep-alive race
+	}
+	if trace != nil && trace.GotFirstResponseByte != nil {
+		trace.GotFirstResponseByte()
+	}
 	for n1xx := 0; ; {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {

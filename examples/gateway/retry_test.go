@@ -23,11 +23,12 @@ import (
 
 // step is what the scripted transport does on one attempt.
 type step struct {
-	reused bool  // GotConn reports a reused keep-alive connection
-	wrote  bool  // WroteRequest reports the whole request written
-	err    error // returned instead of a response
-	hang   bool  // block until the request's context is done
-	status int   // response status when err is nil and !hang (0: 200)
+	reused    bool  // GotConn reports a reused keep-alive connection
+	wrote     bool  // WroteRequest reports the whole request written
+	responded bool  // GotFirstResponseByte is called (a 1xx or part of a head arrived)
+	err       error // returned instead of a response
+	hang      bool  // block until the request's context is done
+	status    int   // response status when err is nil and !hang (0: 200)
 }
 
 // scripted is a RoundTripper playing steps in order (then 200s), recording the host of
@@ -55,6 +56,9 @@ func (s *scripted) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if st.wrote && tr.WroteRequest != nil {
 			tr.WroteRequest(httptrace.WroteRequestInfo{})
+		}
+		if st.responded && tr.GotFirstResponseByte != nil {
+			tr.GotFirstResponseByte()
 		}
 	}
 	if st.hang {
@@ -94,6 +98,8 @@ func TestRetryRules(t *testing.T) {
 			[]step{{reused: true, wrote: true, err: errIdle}}, "k1", false, 200, "same", false},
 		{"two stale conns: second retry goes elsewhere, not counted",
 			[]step{{reused: true, err: io.EOF}, {reused: true, err: io.EOF}}, "", false, 200, "other", false},
+		{"reused conn closed after response bytes (a 1xx): not stale, counted, another backend",
+			[]step{{reused: true, wrote: true, responded: true, err: io.ErrUnexpectedEOF}}, "k1", false, 200, "other", true},
 		{"dial refused: counted, retried on another backend",
 			[]step{{err: errRefused}}, "", false, 200, "other", true},
 		{"reset after POST written on a fresh conn: counted, not retried",

@@ -23,16 +23,18 @@ var ErrBackendTimeout = errors.New("gateway: backend timed out")
 // attemptInfo is what httptrace saw of one attempt, and the direct client's response
 // body of the attempt (kept here to save its allocation; unused with other transports).
 type attemptInfo struct {
-	reused atomic.Bool // the connection came from the idle pool
-	wrote  atomic.Bool // the whole request was written without error
-	hop    hopBody
+	reused    atomic.Bool // the connection came from the idle pool
+	wrote     atomic.Bool // the whole request was written without error
+	responded atomic.Bool // a byte of a response (a 1xx too) arrived on the connection
+	hop       hopBody
 }
 
 // traced returns ctx with an httptrace.ClientTrace that records into a (for transports
 // other than the directTransport, which records into a directly).
 func (a *attemptInfo) traced(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
+		GotConn:              func(i httptrace.GotConnInfo) { a.reused.Store(i.Reused) },
+		GotFirstResponseByte: func() { a.responded.Store(true) },
 		WroteRequest: func(w httptrace.WroteRequestInfo) {
 			if w.Err == nil {
 				a.wrote.Store(true)
@@ -45,9 +47,11 @@ func (a *attemptInfo) traced(ctx context.Context) context.Context {
 func (a *attemptInfo) neverWritten() bool { return !a.wrote.Load() }
 
 // staleConn reports whether err is a keep-alive connection the backend had closed: a
-// connection error on a reused connection.
+// connection error on a reused connection before any byte of a response arrived (the
+// rule of net/http.Transport). A connection that sent something for this request (a
+// 1xx, part of a status line) was alive: its failure is the backend's.
 func (a *attemptInfo) staleConn(err error) bool {
-	return a.reused.Load() && IsConnectError(err) && !isTimeout(err)
+	return a.reused.Load() && !a.responded.Load() && IsConnectError(err) && !isTimeout(err)
 }
 
 // newTransport returns the gateway-owned transport: a clone of

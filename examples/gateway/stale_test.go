@@ -1,0 +1,102 @@
+package gateway_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// earlyHintsThenCloseServer is a backend (id) that answers the first request on each
+// connection with a 200 and keeps the connection open, and every later request on it
+// with a 103 Early Hints, then closes it without a final response.
+func earlyHintsThenCloseServer(t *testing.T, id string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if n > 0 {
+						_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </fail>\r\n\r\n")
+						return
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-From: "+id+"\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// A reused keep-alive connection that sent a 1xx for this request and then closed was
+// alive: its failure is the backend's, not the keep-alive race. The request is not
+// replayed on the same backend (which sent the 103 a second time), the failure counts
+// for outlier detection, and the retry goes to the other backend, with both backend
+// clients. (Before: backend_client direct replayed it on the same backend, uncounted,
+// and the client got the 103 twice.)
+func TestRespondedConnIsNotStale(t *testing.T) {
+	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
+		t.Run(client, func(t *testing.T) {
+			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
+				"\noutlier_detection: {consecutive_connect_failures: 1}\nbackends:\n" +
+				"  - {id: b0, url: \"" + earlyHintsThenCloseServer(t, "b0") + "\"}\n" +
+				"  - {id: b1, url: \"" + earlyHintsThenCloseServer(t, "b1") + "\"}\n"))
+			require.NoError(t, err)
+			g, err := gateway.New(cfg)
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			srv := httptest.NewServer(g)
+			t.Cleanup(srv.Close)
+
+			get := func() (from string, hints int) {
+				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+					if code == http.StatusEarlyHints {
+						hints++
+					}
+					return nil
+				}}
+				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, srv.URL+"/v1/models", nil)
+				require.NoError(t, err)
+				req.Header.Set("X-Session-ID", "s1")
+				resp, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				_, _ = io.Copy(io.Discard, resp.Body)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				return resp.Header.Get("X-From"), hints
+			}
+			bound, hints := get() // leaves an idle connection to the bound backend
+			require.NotEmpty(t, bound)
+			assert.Zero(t, hints)
+			from, hints := get() // that connection sends a 103 and closes
+			assert.NotEqual(t, bound, from, "not replayed on the backend that answered")
+			assert.Equal(t, 1, hints, "the failed attempt's 103 reaches the client once")
+			assert.Equal(t, []string{bound}, g.PassivelyDown(), "the failure counts")
+		})
+	}
+}
