@@ -3,6 +3,10 @@ package gateway_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -91,4 +95,44 @@ func TestInjectMetadataConfig(t *testing.T) {
 	require.NoError(t, g.Reload(on))
 	assert.Equal(t, `{"x_agent_serve":{"backend":"b0","affinity_hit":true,"tier":""},"id":"cmpl","choices":[]}`,
 		send(t, g, "s1").Body.String())
+}
+
+// A JSON response that announces trailers is not injected: it is forwarded chunked,
+// body unchanged, with its trailer, as a plain ReverseProxy does, with both backend
+// clients. (Before: the injected body got a Content-Length, the Trailer header stayed
+// and the trailer was lost.)
+func TestInjectMetadataSkipsTrailers(t *testing.T) {
+	const body = `{"id":"cmpl","choices":[]}`
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Trailer", "X-T1")
+		_, _ = io.WriteString(w, body)
+		w.Header().Set("X-T1", "v1")
+	}))
+	t.Cleanup(be.Close)
+	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
+		t.Run(client, func(t *testing.T) {
+			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
+				"\nbackends:\n  - {id: b0, url: \"" + be.URL + "\"}\n"))
+			require.NoError(t, err)
+			g, err := gateway.New(cfg)
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			srv := httptest.NewServer(g)
+			t.Cleanup(srv.Close)
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Session-ID", "s1")
+			resp, err := srv.Client().Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, body, string(got), "not injected")
+			assert.Equal(t, int64(-1), resp.ContentLength, "chunked")
+			assert.Equal(t, "v1", resp.Trailer.Get("X-T1"), "the trailer arrives")
+			assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend), "the headers still carry the metadata")
+		})
+	}
 }

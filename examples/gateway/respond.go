@@ -205,9 +205,15 @@ func injectCost(resp *http.Response) int64 {
 	return 2 * maxInjectBytes
 }
 
-// injectable reports whether resp is a non-streaming, uncompressed JSON response.
+// injectable reports whether resp is a non-streaming, uncompressed JSON response
+// without trailers. A response that announces trailers (resp.Trailer, or a Trailer
+// header) is forwarded as is, chunked with its trailers, as httputil.ReverseProxy does:
+// the injected body would carry a Content-Length and lose them.
 func injectable(resp *http.Response) bool {
 	if resp.Request != nil && resp.Request.Method == http.MethodHead {
+		return false
+	}
+	if len(resp.Trailer) > 0 || len(resp.Header["Trailer"]) > 0 {
 		return false
 	}
 	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
