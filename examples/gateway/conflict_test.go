@@ -69,3 +69,40 @@ func TestConflictingDuplicateHeaders(t *testing.T) {
 		})
 	}
 }
+
+// With tenant.api_key the bearer key of Authorization is the tenant: differing copies are
+// a 400 conflicting_header like a tenant header's (the key is never echoed); identical
+// copies pass, and without api_key Authorization is not the gateway's to judge. (Before:
+// the first copy scoped the request silently.)
+func TestConflictingAuthorization(t *testing.T) {
+	tests := []struct {
+		name   string
+		extra  string
+		values []string
+		want   int
+	}{
+		{"api_key, differing keys", "tenant: {api_key: true}\n", []string{"Bearer key-a", "Bearer key-b"}, http.StatusBadRequest},
+		{"api_key, identical keys", "tenant: {api_key: true}\n", []string{"Bearer key-a", " Bearer key-a"}, http.StatusOK},
+		{"api_key with a tenant header, differing keys", "tenant: {api_key: true, header: X-Tenant}\n", []string{"Bearer key-a", "Bearer key-b"}, http.StatusBadRequest},
+		{"tenant header only: Authorization not read", "tenant: {header: X-Tenant}\n", []string{"Bearer key-a", "Bearer key-b"}, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, _ := testGateway(t, tt.extra)
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("X-Session-ID", "a")
+			for _, v := range tt.values {
+				r.Header.Add("Authorization", v)
+			}
+			rec := httptest.NewRecorder()
+			g.ServeHTTP(rec, r)
+			require.Equal(t, tt.want, rec.Code, rec.Body.String())
+			if tt.want == http.StatusBadRequest {
+				assert.Equal(t, "conflicting_header", errorCodeOf(t, rec.Body.String()))
+				assert.Contains(t, rec.Body.String(), "Authorization")
+				assert.NotContains(t, rec.Body.String(), "key-", "a key is never echoed")
+			}
+		})
+	}
+}

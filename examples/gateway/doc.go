@@ -61,8 +61,8 @@
 //     salted copy), checked at load: a request that could never fit would otherwise
 //     get 503 with Retry-After for ever. A body not read as JSON (multipart: the rule
 //     of step 3's model read) is not salted.
-//     A session, parent session, tier or tenant header sent more than once with values
-//     that differ (spaces trimmed) is a JSON 400 conflicting_header naming the header,
+//     A session, parent session, tier or tenant header (Authorization too with
+//     tenant.api_key) sent more than once with values that differ (spaces trimmed) is a JSON 400 conflicting_header naming the header,
 //     not its values; identical copies pass. Decision: the gateway reads a header's
 //     first value, and a proxy in front that reads the last would route or authenticate
 //     the same request as another session, tier or tenant.

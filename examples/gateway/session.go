@@ -81,15 +81,16 @@ func (rt *routing) parentSessionID(r *http.Request) string {
 }
 
 // conflictingHeader returns an error naming the first of the session, parent session,
-// tier and tenant headers that r carries more than once with values that differ (after
-// trimming spaces), nil otherwise. The values are not quoted (a tenant header is an
+// tier and tenant headers (Authorization too with tenant.api_key: its bearer key is the
+// tenant) that r carries more than once with values that differ (after trimming
+// spaces), nil otherwise. The values are not quoted (a tenant header is an
 // identity). Decision: the gateway reads the first value of a header; a proxy in front
 // that reads the last would route, authenticate or bill the same request as another
 // session, tier or tenant, so differing copies are refused (400 conflicting_header)
 // rather than resolved silently. Identical copies pass (some proxies repeat a header).
 // 0 allocs unless a header is repeated.
 func (rt *routing) conflictingHeader(r *http.Request) error {
-	for _, keys := range [...][]string{rt.sessionKeys, rt.parentKeys, {rt.tierKey}, {rt.tenantKey}} {
+	for _, keys := range [...][]string{rt.sessionKeys, rt.parentKeys, {rt.tierKey}, {rt.tenantKey}, {rt.authKey}} {
 		for _, k := range keys {
 			vs := r.Header[k]
 			if len(vs) < 2 || k == "" {

@@ -33,6 +33,7 @@ type routing struct {
 	sessionKeys, parentKeys []string
 	tierKey                 string
 	tenantKey               string // "": no tenant header
+	authKey                 string // "Authorization" with tenant.api_key, "" otherwise
 }
 
 // newRouting builds the backend and tier tables of cfg (validated, defaults applied);
@@ -49,6 +50,9 @@ func newRouting(cfg Config) (*routing, error) {
 	}
 	if cfg.Tenant.Header != "" {
 		rt.tenantKey = http.CanonicalHeaderKey(cfg.Tenant.Header)
+	}
+	if cfg.Tenant.APIKey {
+		rt.authKey = "Authorization"
 	}
 	for _, h := range cfg.SessionHeaders {
 		rt.sessionKeys = append(rt.sessionKeys, http.CanonicalHeaderKey(h))
