@@ -261,7 +261,8 @@ type HealthConfig struct {
 // with a fractional part in an integer key such as max_body_bytes or limits.*: "is not a
 // whole number", with the key and line), applies defaults and validates. Errors wrap
 // [ErrInvalidConfig]; an empty document (nothing, only comments, or null) is
-// [ErrNoBackends] with a message saying the config is empty. Cost: the document is decoded twice (typed, then as nodes).
+// [ErrNoBackends] with a message saying the config is empty; a second YAML document
+// (after a `---` line) is [ErrConfigSyntax], not ignored. Cost: the document is decoded twice (typed, then as nodes).
 func ParseConfig(data []byte) (Config, error) {
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -278,6 +279,19 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, invalidFrom(kind, "affinity", err, affinity.ErrInvalidConfig)
 		}
 		return Config{}, &configError{kind: kind, msg: err.Error(), cause: err}
+	}
+	// Decision: a second document (after a `---` line) is an error, not ignored: its
+	// keys would look applied and never be (a listen address, an unknown key).
+	var second yaml.Node
+	if err := dec.Decode(&second); !errors.Is(err, io.EOF) {
+		msg := "a second YAML document (a `---` line after the first): the config is one document; " +
+			"merge it into the first or remove it"
+		if err == nil && second.Line > 0 {
+			msg = fmt.Sprintf("line %d: %s", second.Line, msg)
+		} else if err != nil {
+			msg += ": " + err.Error()
+		}
+		return Config{}, &configError{kind: ErrConfigSyntax, msg: msg, cause: err}
 	}
 	// The typed decoding truncates a fraction in an integer key (10.9 -> 10): read the
 	// document again as nodes to refuse it (config_numbers.go).

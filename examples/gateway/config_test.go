@@ -78,6 +78,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown affinity key", "affinity: {sticky_ttl: 5}\n" + minimal, gateway.ErrUnknownKey, []string{"sticky_ttl"}},
 		{"unknown health key", "health: {enable: true}\n" + minimal, gateway.ErrUnknownKey, []string{"enable"}},
 		{"wrong type", "max_body_bytes: lots\n" + minimal, gateway.ErrConfigSyntax, []string{"lots"}},
+		{"a second document", minimal + "---\nlisten: 127.0.0.1:1\nbogus_key: 1\n", gateway.ErrConfigSyntax, []string{"second YAML document", "one document"}},
+		{"an empty second document", minimal + "---\n# nothing\n", gateway.ErrConfigSyntax, []string{"second YAML document"}},
+		{"a malformed second document", minimal + "---\n[\n", gateway.ErrConfigSyntax, []string{"second YAML document", "did not find expected node content"}},
+		{"the backends in a second document", "---\n---\n" + minimal, gateway.ErrConfigSyntax, []string{"line 2: a second YAML document"}},
 		{"no backends", "listen: 127.0.0.1:8080\n", gateway.ErrNoBackends, []string{"backends"}},
 		{"empty backends", "backends: []\n", gateway.ErrNoBackends, []string{"backends"}},
 		// An empty file said "backends: at least one backend is required", as if a list

@@ -206,6 +206,11 @@ func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
 		assert.Contains(t, logs.String(), "config reload rejected")
 		assert.Contains(t, logs.String(), "backends: at least one backend is required")
 		assert.Equal(t, good, g.Config())
+
+		require.NoError(t, os.WriteFile(path, []byte("backends: [{id: x, url: 'http://x.test'}]\n---\nbogus_key: 1\n"), 0o600))
+		require.ErrorIs(t, g.ReloadFile(path, nil), gateway.ErrConfigSyntax, "a second document is refused")
+		assert.Contains(t, logs.String(), "second YAML document")
+		assert.Equal(t, good, g.Config())
 	})
 }
 
