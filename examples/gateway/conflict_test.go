@@ -106,3 +106,25 @@ func TestConflictingAuthorization(t *testing.T) {
 		})
 	}
 }
+
+// The conflict message names the header as configured (X-Session-ID, X-Tenant-ID), not
+// in its canonical form (X-Session-Id), whichever spelling the client sent.
+func TestConflictNamesHeaderAsConfigured(t *testing.T) {
+	g, _ := testGateway(t, "tenant: {header: X-Tenant-ID}\n")
+	for _, tt := range []struct{ header, want string }{
+		{"x-session-id", "header X-Session-ID sent 2 times"},
+		{"X-TENANT-ID", "header X-Tenant-ID sent 2 times"},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+		r.Header.Set("Content-Type", "application/json")
+		if tt.header != "x-session-id" {
+			r.Header.Set("X-Session-ID", "s")
+		}
+		r.Header.Add(tt.header, "a")
+		r.Header.Add(tt.header, "b")
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, r)
+		require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+		assert.Contains(t, rec.Body.String(), tt.want)
+	}
+}

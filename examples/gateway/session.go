@@ -83,23 +83,22 @@ func (rt *routing) parentSessionID(r *http.Request) string {
 // conflictingHeader returns an error naming the first of the session, parent session,
 // tier and tenant headers (Authorization too with tenant.api_key: its bearer key is the
 // tenant) that r carries more than once with values that differ (after trimming
-// spaces), nil otherwise. The values are not quoted (a tenant header is an
+// spaces), nil otherwise. The header is named as configured (X-Session-ID, not its
+// canonical form X-Session-Id). The values are not quoted (a tenant header is an
 // identity). Decision: the gateway reads the first value of a header; a proxy in front
 // that reads the last would route, authenticate or bill the same request as another
 // session, tier or tenant, so differing copies are refused (400 conflicting_header)
 // rather than resolved silently. Identical copies pass (some proxies repeat a header).
 // 0 allocs unless a header is repeated.
 func (rt *routing) conflictingHeader(r *http.Request) error {
-	for _, keys := range [...][]string{rt.sessionKeys, rt.parentKeys, {rt.tierKey}, {rt.tenantKey}, {rt.authKey}} {
-		for _, k := range keys {
-			vs := r.Header[k]
-			if len(vs) < 2 || k == "" {
-				continue
-			}
-			for _, v := range vs[1:] {
-				if strings.TrimSpace(v) != strings.TrimSpace(vs[0]) {
-					return fmt.Errorf("header %s sent %d times with different values: send it once", k, len(vs))
-				}
+	for _, h := range rt.checked {
+		vs := r.Header[h.key]
+		if len(vs) < 2 {
+			continue
+		}
+		for _, v := range vs[1:] {
+			if strings.TrimSpace(v) != strings.TrimSpace(vs[0]) {
+				return fmt.Errorf("header %s sent %d times with different values: send it once", h.name, len(vs))
 			}
 		}
 	}

@@ -33,8 +33,14 @@ type routing struct {
 	sessionKeys, parentKeys []string
 	tierKey                 string
 	tenantKey               string // "": no tenant header
-	authKey                 string // "Authorization" with tenant.api_key, "" otherwise
+	// checked are the headers conflictingHeader checks, in order: session, parent session,
+	// tier, tenant, and Authorization with tenant.api_key.
+	checked []checkedHeader
 }
+
+// checkedHeader is a request header in canonical form (key) and as configured (name,
+// for messages).
+type checkedHeader struct{ key, name string }
 
 // newRouting builds the backend and tier tables of cfg (validated, defaults applied);
 // the caller sets sched and prober.
@@ -48,17 +54,23 @@ func newRouting(cfg Config) (*routing, error) {
 		tenants:    newTenants(cfg.Tenant),
 		tierKey:    http.CanonicalHeaderKey(cfg.TierHeader),
 	}
-	if cfg.Tenant.Header != "" {
-		rt.tenantKey = http.CanonicalHeaderKey(cfg.Tenant.Header)
-	}
-	if cfg.Tenant.APIKey {
-		rt.authKey = "Authorization"
-	}
 	for _, h := range cfg.SessionHeaders {
 		rt.sessionKeys = append(rt.sessionKeys, http.CanonicalHeaderKey(h))
+		rt.checked = append(rt.checked, checkedHeader{http.CanonicalHeaderKey(h), h})
 	}
 	for _, h := range cfg.ParentSessionHeaders {
 		rt.parentKeys = append(rt.parentKeys, http.CanonicalHeaderKey(h))
+		rt.checked = append(rt.checked, checkedHeader{http.CanonicalHeaderKey(h), h})
+	}
+	if cfg.TierHeader != "" {
+		rt.checked = append(rt.checked, checkedHeader{rt.tierKey, cfg.TierHeader})
+	}
+	if cfg.Tenant.Header != "" {
+		rt.tenantKey = http.CanonicalHeaderKey(cfg.Tenant.Header)
+		rt.checked = append(rt.checked, checkedHeader{rt.tenantKey, cfg.Tenant.Header})
+	}
+	if cfg.Tenant.APIKey {
+		rt.checked = append(rt.checked, checkedHeader{"Authorization", "Authorization"})
 	}
 	for _, bc := range cfg.Backends {
 		u, _ := url.Parse(bc.URL) // validated
