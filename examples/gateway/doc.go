@@ -161,7 +161,10 @@
 //     turn (a miss; a move where HRW picks another backend). The reload is applied and
 //     logs one Warn saying so, rather than being refused: turning scoping on is a
 //     security fix that should not wait for a restart. The old keys are kept until their
-//     TTL, so going back to the previous scoping within it finds them again.
+//     TTL, so going back to the previous scoping within it finds them again. A reload
+//     that changes the cache_salt vLLM sees (tenant.cache_salt on or off, or with it on
+//     a change of scoping) logs one Warn that salted requests' prefix caches go cold;
+//     sessions do not move.
 //   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get

@@ -199,6 +199,14 @@ func (g *Gateway) Reload(cfg Config) error {
 			"stay until their TTL, so the previous scoping restored within it finds them again",
 			"tenant_before", old.tenants.describe(), "tenant_after", rt.tenants.describe())
 	}
+	if salt := rt.cfg.Tenant.CacheSalt; salt != old.cfg.Tenant.CacheSalt || salt && old.tenants.rekeys(rt.tenants) {
+		// The cache_salt the backends see changed (added, removed, or derived from another
+		// identity or secret): vLLM keys its prefix cache by it. Decision: warn, as for
+		// scoping; bindings are not touched by this.
+		g.log.Warn("tenant cache_salt changed: the vLLM prefix-cache key of every salted request changed, so "+
+			"their cached prefixes go cold (recomputed once on the same backend); sessions do not move",
+			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
+	}
 	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
 		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil

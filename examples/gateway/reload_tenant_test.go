@@ -14,24 +14,31 @@ import (
 
 // A reload that changes tenant scoping (on, off, header, api_key) changes every binding
 // key: it logs one Warn saying sessions are placed again; a reload that keeps the keys
-// (cache_salt alone, the header's case, nothing) logs none. (Before: only "config
+// (cache_salt alone, the header's case, nothing) logs none. A reload that changes the
+// salt vLLM sees (cache_salt on or off, or its identity with cache_salt on) logs one
+// Warn that salted requests' prefix caches go cold and sessions do not move. (Before: only "config
 // reloaded", while every session missed on its next turn and some moved.)
 func TestReloadTenantChangeWarns(t *testing.T) {
 	off := gateway.TenantConfig{}
 	hdr := gateway.TenantConfig{Header: "X-Tenant-ID"}
+	salted := gateway.TenantConfig{Header: "X-Tenant-ID", CacheSalt: true}
 	tests := []struct {
 		name     string
 		from, to gateway.TenantConfig
 		warn     bool
+		saltWarn bool // the prefix caches of salted requests go cold
 	}{
-		{"turned on", off, hdr, true},
-		{"turned off", hdr, off, true},
-		{"another header", hdr, gateway.TenantConfig{Header: "X-Org"}, true},
-		{"api_key added", hdr, gateway.TenantConfig{Header: "X-Tenant-ID", APIKey: true}, true},
-		{"cache_salt only", hdr, gateway.TenantConfig{Header: "X-Tenant-ID", CacheSalt: true}, false},
-		{"header case only", hdr, gateway.TenantConfig{Header: "x-tenant-id"}, false},
-		{"unchanged on", hdr, hdr, false},
-		{"unchanged off", off, off, false},
+		{"turned on", off, hdr, true, false},
+		{"turned off", hdr, off, true, false},
+		{"another header", hdr, gateway.TenantConfig{Header: "X-Org"}, true, false},
+		{"api_key added", hdr, gateway.TenantConfig{Header: "X-Tenant-ID", APIKey: true}, true, false},
+		{"cache_salt turned on", hdr, salted, false, true},
+		{"cache_salt turned off", salted, hdr, false, true},
+		{"api_key added with cache_salt on", salted, gateway.TenantConfig{Header: "X-Tenant-ID", APIKey: true, CacheSalt: true}, true, true},
+		{"salted, unchanged", salted, salted, false, false},
+		{"header case only", hdr, gateway.TenantConfig{Header: "x-tenant-id"}, false, false},
+		{"unchanged on", hdr, hdr, false, false},
+		{"unchanged off", off, off, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,9 +48,17 @@ func TestReloadTenantChangeWarns(t *testing.T) {
 			cfg.Tenant = tt.from
 			require.NoError(t, g.Reload(cfg))
 			before := strings.Count(logs.String(), "tenant scoping changed")
+			saltBefore := strings.Count(logs.String(), "tenant cache_salt changed")
 			cfg.Tenant = tt.to
 			require.NoError(t, g.Reload(cfg))
 			got := strings.Count(logs.String(), "tenant scoping changed") - before
+			if tt.saltWarn {
+				assert.Equal(t, 1, strings.Count(logs.String(), "tenant cache_salt changed")-saltBefore, logs.String())
+				assert.Contains(t, logs.String(), `"level":"WARN","msg":"tenant cache_salt changed`)
+				assert.Contains(t, logs.String(), "sessions do not move")
+			} else {
+				assert.Zero(t, strings.Count(logs.String(), "tenant cache_salt changed")-saltBefore, logs.String())
+			}
 			if !tt.warn {
 				assert.Zero(t, got, logs.String())
 				return

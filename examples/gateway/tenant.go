@@ -41,7 +41,9 @@ const CacheSaltField = "cache_salt"
 //
 // A [Gateway.Reload] that turns scoping on or off or changes header, api_key or the
 // secret changes every binding key: each session is placed again on its next turn (one
-// Warn at the reload says so); cache_salt alone keeps the keys.
+// Warn at the reload says so); cache_salt alone keeps the keys, but a reload that
+// changes the salt (cache_salt on or off, or with it on any of the above) logs a Warn
+// that the prefix caches of salted requests go cold.
 type TenantConfig struct {
 	// Header names a request header carrying the tenant ID (e.g. X-Tenant-ID set by an
 	// authenticating proxy in front of the gateway). When present and non-empty it wins
