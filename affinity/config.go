@@ -54,7 +54,7 @@ type Config struct {
 	// Tiers overrides the TTL per tier name (at most MaxTierBytes bytes each). A tier not
 	// listed, or listed with a nil TTL, uses StickyTTLSeconds. At most 64 distinct
 	// non-zero TTL values overall. The empty name (the default tier) is ErrInvalidConfig:
-	// its TTL is StickyTTLSeconds.
+	// its TTL is StickyTTLSeconds; so is a blank one (only spaces, e.g. " ").
 	Tiers map[string]TierConfig `yaml:"tiers,omitempty" json:"tiers,omitempty"`
 	// Load turns on load awareness for [Scheduler.Acquire] (bounded-load placement and
 	// spill of overloaded bindings); the zero value (key omitted) keeps pure stickiness.
@@ -139,6 +139,11 @@ func (c Config) resolve() (resolved, error) {
 		return r, fmt.Errorf(`%w: tiers[""]: the default tier's TTL is sticky_ttl_seconds (StickyTTLSeconds); set it there`, ErrInvalidConfig)
 	}
 	for name, tc := range c.Tiers {
+		if strings.TrimSpace(name) == "" {
+			// Decision: a blank name (" ") is no tier a caller means: the gateway trims
+			// the tier header, so no request could ever name it.
+			return r, fmt.Errorf("%w: tiers[%q]: a blank tier name; name the tier (the default tier's TTL is sticky_ttl_seconds)", ErrInvalidConfig, name)
+		}
 		if len(name) > MaxTierBytes {
 			return r, fmt.Errorf("%w: tiers: name %s is %d bytes (max %d)", ErrInvalidConfig, errTrunc(name), len(name), MaxTierBytes)
 		}

@@ -41,6 +41,8 @@ func TestConfigJSON(t *testing.T) {
 		// Tiers[""] overrode sticky_ttl_seconds without a word; one place sets it now.
 		{"default tier in tiers", `{"sticky_ttl_seconds": 100, "tiers": {"": {"sticky_ttl_seconds": 5}}}`, 0, `tiers[""]: the default tier's TTL is sticky_ttl_seconds`, false},
 		{"default tier in tiers, no TTL", `{"tiers": {"": {}}}`, 0, `tiers[""]`, false},
+		{"blank tier name", `{"tiers": {" ": {"sticky_ttl_seconds": 5}}}`, 0, `tiers[" "]: a blank tier name`, false},
+		{"blank tier name, tab", `{"tiers": {"\t": {}}}`, 0, `tiers["\t"]: a blank tier name`, false},
 		{"tier name too long", `{"tiers": {"` + strings.Repeat("g", 256) + `": {}}}`, 0, "tiers: name", false},
 		{"not an object", `[1, 2]`, 0, "invalid config", true},
 		{"tiers ok", `{"sticky_ttl_seconds": 100, "tiers": {"gold": {"sticky_ttl_seconds": 0}, "silver": {}}}`, 100 * time.Second, "", false},

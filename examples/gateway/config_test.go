@@ -133,6 +133,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tier header is authorization with tenant.api_key", "tier_header: authorization\ntenant: {api_key: true, header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "authorization" is also tenant.api_key`}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
 		{"empty model name", "model_tiers: {'': t}\n" + minimal, gateway.ErrTierName, []string{`model_tiers[""]: empty model name`}},
+		{"blank affinity tier name", "affinity: {tiers: {' ': {sticky_ttl_seconds: 5}}}\n" + minimal, gateway.ErrTierName, []string{`affinity.tiers[" "]: blank tier name`}},
 		{"empty affinity tier name", "affinity: {tiers: {'': {sticky_ttl_seconds: 5}}}\n" + minimal, gateway.ErrTierName, []string{`affinity.tiers[""]: empty tier name`}},
 		{"duplicate session header", "session_headers: [X-A, X-B, x-a]\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[2]: "x-a": listed twice (also session_headers[0])`}},
 		{"duplicate parent session header", "parent_session_headers: [X-P, X-P]\n" + minimal, gateway.ErrHeaderName, []string{`parent_session_headers[1]: "X-P": listed twice (also parent_session_headers[0])`}},

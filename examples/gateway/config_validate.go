@@ -104,6 +104,11 @@ func (c Config) Validate() error {
 	if _, ok := c.Affinity.Tiers[""]; ok {
 		return invalid(ErrTierName, `affinity.tiers[""]: empty tier name: the default pool's TTL is affinity.sticky_ttl_seconds`)
 	}
+	for name := range c.Affinity.Tiers {
+		if strings.TrimSpace(name) == "" { // the library refuses it too; ErrTierName here, as for ""
+			return invalid(ErrTierName, "affinity.tiers[%q]: blank tier name: no tier header (trimmed) can name it", name)
+		}
+	}
 	if err := c.Affinity.Validate(); err != nil {
 		return invalidFrom(ErrAffinityConfig, "affinity", err, affinity.ErrInvalidConfig)
 	}
