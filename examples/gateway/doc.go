@@ -378,28 +378,8 @@
 // OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):
 // same series names plus the otel_scope_* labels and target_info.
 //
-// Decision: code_class is the class of the status sent, or client_closed when the client
-// went away before the response ended — before any answer, or after the headers (an SSE
-// stream cancelled mid-body, its 200 already sent), so a cancel counts the same whether
-// or not the headers had gone out. An upload the client abandons (its connection closed,
-// half-closed or reset before the end of the body it announced) is client_closed too,
-// source gateway, although a half-closed client still gets its 400 bad_body; a
-// malformed body (bad chunked framing) from a client still there stays 4xx. A client going away is not a backend failure: it is
-// logged at Debug at most and never counted for outlier detection. A response the
-// backend cuts mid-body (a reset, a close before the end of the body) while it is being
-// forwarded counts as code_class backend_closed (source backend), is logged once at Warn
-// with the backend ("backend response body read failed") and counts as a connection
-// failure for outlier detection (see "Health"); so does one the gateway cuts because
-// the backend went silent for stream_idle_seconds (logged as "backend stream stalled";
-// at Info and not counted when the backend made progress for others meanwhile: see
-// "Health").
-// A JSON body the gateway reads whole (inject_metadata) and the backend cuts or stalls
-// is answered 502 or 504 by the gateway (5xx, source gateway), with that one Warn line
-// only. The ReverseProxy's own
-// log line ("read error during body copy", which names no backend) goes to Debug.
-// Decision: backend_closed beside client_closed rather than the status's class, so a
-// truncated answer is not counted as served (a dashboard's 2xx ratio) and is told apart
-// from a client's cancel.
+// code_class (client_closed, backend_closed beside the status classes) and what each
+// failure mode counts as are described in docs/gateway-metrics.md (in the repository).
 //
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
