@@ -114,7 +114,7 @@
 //
 // Responses carry X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit headers.
 // Non-streaming JSON responses (Content-Type application/json, not compressed, no
-// trailers announced, up to 16 MiB) also get a top-level "x_agent_serve" object {backend, affinity_hit, tier}
+// trailers, announced or sent after the body, up to 16 MiB) also get a top-level "x_agent_serve" object {backend, affinity_hit, tier}
 // inserted as their first member (see [InjectMetadata]; inject_metadata: false turns
 // this off and leaves every body untouched); other responses, in
 // particular text/event-stream, pass through untouched and unbuffered (ReverseProxy

@@ -103,15 +103,27 @@ func TestInjectMetadataConfig(t *testing.T) {
 // and the trailer was lost.)
 func TestInjectMetadataSkipsTrailers(t *testing.T) {
 	const body = `{"id":"cmpl","choices":[]}`
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	// declared: a Trailer header names X-T1; undeclared: the trailer is known only at the
+	// end of the chunked body, after the gateway has read it.
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Has("undeclared") {
+			_, _ = io.WriteString(w, body)
+			w.(http.Flusher).Flush() // chunked
+			w.Header().Set(http.TrailerPrefix+"X-T1", "v1")
+			return
+		}
 		w.Header().Set("Trailer", "X-T1")
 		_, _ = io.WriteString(w, body)
 		w.Header().Set("X-T1", "v1")
 	}))
 	t.Cleanup(be.Close)
-	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
-		t.Run(client, func(t *testing.T) {
+	for _, tc := range []struct{ client, query string }{
+		{gateway.BackendClientDirect, ""}, {gateway.BackendClientNetHTTP, ""},
+		{gateway.BackendClientDirect, "?undeclared"}, {gateway.BackendClientNetHTTP, "?undeclared"},
+	} {
+		client := tc.client
+		t.Run(client+tc.query, func(t *testing.T) {
 			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
 				"\nbackends:\n  - {id: b0, url: \"" + be.URL + "\"}\n"))
 			require.NoError(t, err)
@@ -120,7 +132,7 @@ func TestInjectMetadataSkipsTrailers(t *testing.T) {
 			t.Cleanup(g.Close)
 			srv := httptest.NewServer(g)
 			t.Cleanup(srv.Close)
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions"+tc.query, strings.NewReader(`{"model":"m"}`))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Session-ID", "s1")

@@ -104,11 +104,15 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return warnedError{err}
 	}
 	_ = resp.Body.Close()
+	// Trailers the backend did not announce are known only now, at the end of the body:
+	// then the body goes out unchanged and chunked, so that ReverseProxy forwards them, as
+	// for announced ones (injectable).
+	trailers := len(resp.Trailer) > 0
 	out := pool.Get()[:0]
 	var u usage
 	if top, obj, _ := scanJSON(data); obj { // one pass: validity, usage, an existing key
 		u = usageValue(top.usage)
-		if !top.meta {
+		if !top.meta && !trailers {
 			out = appendInjected(out, data, top.open, b.id, hit, st.tier)
 		}
 	}
@@ -121,9 +125,11 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	pb.r.Reset(out)
 	resp.Body = pb
 	wrapLease(st, resp, &u)
-	resp.ContentLength = int64(len(out))
-	resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))
-	resp.TransferEncoding = nil
+	if !trailers {
+		resp.ContentLength = int64(len(out))
+		resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))
+		resp.TransferEncoding = nil
+	}
 	st.handOver(resp)
 	return nil
 }
