@@ -308,11 +308,18 @@ func checkBackendURL(raw string) error {
 // it), not an existing non-empty file that does not start with "SAFSNAP" (the magic of
 // every snapshot version, affinity.SnapshotMagic: another file there, say the config
 // itself, would be replaced at shutdown; a file that cannot be read is left to the load,
-// which keeps it aside), and its directory exists and takes a new file, tried by
+// which keeps it aside, unless noLoad: a reload naming a new path loads nothing, so it
+// refuses such a file too), and its directory exists and takes a new file, tried by
 // creating and removing a temporary file there, as [Gateway.SaveBindings] writes one and
 // renames it over path. Errors wrap [ErrInvalidConfig] and [ErrBindingSnapshot] (and
 // the os error). Cost: a few system calls.
-func checkBindingSnapshot(path string) error {
+func checkBindingSnapshot(path string, noLoad bool) error {
+	return checkSnapshotPath(path, noLoad, snapshotHead)
+}
+
+// checkSnapshotPath is checkBindingSnapshot reading a file's first bytes with head (a
+// seam for tests: a root test process can read any file).
+func checkSnapshotPath(path string, noLoad bool, head func(string) (string, error)) error {
 	if path == "" {
 		return nil
 	}
@@ -323,9 +330,14 @@ func checkBindingSnapshot(path string) error {
 		case !fi.Mode().IsRegular(): // e.g. /dev/null: the save's rename would replace the device node
 			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is not a regular file (%v); want a regular file or a new path", path, fi.Mode().Type())
 		case fi.Size() > 0:
-			if head, ok := notASnapshot(path); ok {
+			first, readErr := head(path)
+			if readErr == nil && first != snapshotPrefix[:len(first)] {
 				return invalid(ErrBindingSnapshot, "binding_snapshot: %q: exists and is not a binding snapshot (it starts with %q, not %q); "+
-					"it would be replaced at shutdown: name a new path or a snapshot file", path, head, snapshotPrefix)
+					"it would be replaced at shutdown: name a new path or a snapshot file", path, first, snapshotPrefix)
+			}
+			if readErr != nil && noLoad {
+				return invalid(ErrBindingSnapshot, "binding_snapshot: %q: exists and cannot be read (%v), so it cannot be told from another file; "+
+					"it would be replaced at shutdown: name a new path or a readable snapshot file", path, readErr)
 			}
 		}
 	}
@@ -350,16 +362,19 @@ func checkBindingSnapshot(path string) error {
 // ("SAFSNAP1") without its version byte.
 const snapshotPrefix = "SAFSNAP"
 
-// notASnapshot reads the first bytes of the file at path and returns them and true when
-// they cannot open a binding snapshot. A file it cannot read, or whose bytes are a
-// prefix of snapshotPrefix (a truncated snapshot: the load keeps it aside), passes.
-func notASnapshot(path string) (string, bool) {
+// snapshotHead returns the first len(snapshotPrefix) bytes of the file at path (fewer for
+// a shorter file: a prefix of snapshotPrefix is a truncated snapshot, which the load
+// keeps aside), or the error that kept it from reading them.
+func snapshotHead(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", false
+		return "", err
 	}
 	defer f.Close()
 	head := make([]byte, len(snapshotPrefix))
-	n, _ := io.ReadFull(f, head)
-	return string(head[:n]), string(head[:n]) != snapshotPrefix[:n]
+	n, err := io.ReadFull(f, head)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil // shorter than the prefix: compared as it is
+	}
+	return string(head[:n]), err
 }

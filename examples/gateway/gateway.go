@@ -103,7 +103,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkBindingSnapshot(cfg.BindingSnapshot); err != nil {
+	if err := checkBindingSnapshot(cfg.BindingSnapshot, false); err != nil {
 		return nil, err
 	}
 	var o options

@@ -86,12 +86,13 @@ func (g *Gateway) Reload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := checkBindingSnapshot(cfg.BindingSnapshot); err != nil {
-		return err
-	}
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	old := g.state()
+	// A new path is not loaded by a reload: a file there that cannot be read is refused.
+	if err := checkBindingSnapshot(cfg.BindingSnapshot, cfg.BindingSnapshot != old.cfg.BindingSnapshot); err != nil {
+		return err
+	}
 	if cfg.Listen != old.cfg.Listen {
 		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
 	}
