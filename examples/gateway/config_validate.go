@@ -144,6 +144,9 @@ func (c Config) Validate() error {
 		if len(b.Tier) > affinity.MaxTierBytes {
 			return invalid(ErrTierName, "backends[%d].tier (id %q): %d bytes (max %d)", i, b.ID, len(b.Tier), affinity.MaxTierBytes)
 		}
+		if b.Tier != "" && strings.TrimSpace(b.Tier) == "" { // as for affinity.tiers names
+			return invalid(ErrTierName, "backends[%d].tier (id %q): blank tier name %q: no tier header (trimmed) can name it; omit it for the default pool", i, b.ID, b.Tier)
+		}
 	}
 	if err := c.validateHeaders(); err != nil {
 		return err
@@ -155,6 +158,8 @@ func (c Config) Validate() error {
 				"(GET /v1/models, ...) to tier %q; name a model, or send the tier header", truncate(tier, 64))
 		case tier == "":
 			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
+		case strings.TrimSpace(tier) == "":
+			return invalid(ErrTierName, "model_tiers[%q]: blank tier %q: no tier header (trimmed) can name it", model, tier)
 		case len(tier) > affinity.MaxTierBytes:
 			return invalid(ErrTierName, "model_tiers[%q]: tier is %d bytes (max %d)", model, len(tier), affinity.MaxTierBytes)
 		}
