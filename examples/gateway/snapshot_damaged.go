@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"time"
 
@@ -17,7 +19,9 @@ const DamagedSnapshotSuffix = ".damaged"
 
 // loadAtStart loads the binding snapshot at path for [Gateway.Serve] and logs the
 // outcome: "loading binding snapshot" (path, size) before, "binding snapshot loaded"
-// (bindings stored, records, dropped as expired, duration) after.
+// (bindings stored, records, dropped as expired, as too long for max_session_id_bytes
+// and over max_bindings, duration) after, at Warn when live bindings were dropped (too
+// long or over the cap), else at Info.
 //
 //   - Loaded: the file is consumed (removed), so a crash before the shutdown save
 //     starts empty instead of restoring bindings that moved since; the shutdown writes a
@@ -50,8 +54,17 @@ func (g *Gateway) loadAtStart(path string) (keep error) {
 			g.log.Warn("binding snapshot loaded but not removed: a crash before the shutdown save would restore these bindings again, even those that move in the meantime",
 				"path", path, "err", rerr)
 		}
-		g.log.Info("binding snapshot loaded", "path", path, "bindings", st.Stored, "records", st.Records,
-			"dropped_expired", st.Expired, "dropped_too_long", st.TooLong, "duration", time.Since(start), "file_removed", removed)
+		// The rest of the records did not fit under max_bindings (evicted, oldest first, while
+		// restoring; the table was empty). Those and the too long ones were live bindings
+		// when saved: losing them is a WARN, expiring is not.
+		overCap := max(0, st.Records-st.Stored-st.Expired-st.TooLong)
+		level := slog.LevelInfo
+		if overCap > 0 || st.TooLong > 0 {
+			level = slog.LevelWarn
+		}
+		g.log.Log(context.Background(), level, "binding snapshot loaded", "path", path, "bindings", st.Stored, "records", st.Records,
+			"dropped_expired", st.Expired, "dropped_too_long", st.TooLong, "dropped_over_cap", overCap,
+			"duration", time.Since(start), "file_removed", removed)
 		return nil
 	case errors.Is(err, affinity.ErrCorruptSnapshot), errors.Is(err, affinity.ErrSnapshotVersion):
 		kept := path + DamagedSnapshotSuffix

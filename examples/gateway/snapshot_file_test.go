@@ -331,3 +331,45 @@ func (h *records) attrs(msg string) map[string]any {
 	}
 	return nil
 }
+
+// Bindings a restart cannot keep, here over a lowered max_bindings, are counted in the
+// load's line (dropped_over_cap), which is then a Warn: they were live when saved.
+// (Before: an Info line whose counts left them out.)
+func TestServeWarnsOfBindingsDroppedAtLoad(t *testing.T) {
+	urls := jsonBackends(t, 2)
+	snap := filepath.Join(t.TempDir(), "b.snap")
+	cfg := yamlConfig(t, urls, []string{"b0", "b1"}, []float64{1, 1}, "binding_snapshot: "+snap+"\n")
+	g0, err := gateway.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(g0.Close)
+	const sessions = 40
+	for i := range sessions {
+		require.Equal(t, http.StatusOK, send(t, g0, fmt.Sprintf("s%d", i)).Code)
+	}
+	_, err = g0.SaveBindings(snap)
+	require.NoError(t, err)
+
+	small := yamlConfig(t, urls, []string{"b0", "b1"}, []float64{1, 1},
+		"binding_snapshot: "+snap+"\naffinity: {max_bindings: 16}\n")
+	logs := &records{}
+	g, err := gateway.New(small, gateway.WithLogger(slog.New(logs)))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	sl := &acceptSignal{Listener: ln, accepted: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, sl) }()
+	<-sl.accepted
+	cancel()
+	require.NoError(t, <-done)
+
+	loaded := logs.attrs("binding snapshot loaded")
+	stored, ok := loaded["bindings"].(int64)
+	require.True(t, ok, "%v", loaded)
+	assert.LessOrEqual(t, stored, int64(16))
+	assert.Equal(t, int64(sessions), loaded["records"])
+	assert.Equal(t, int64(sessions)-stored, loaded["dropped_over_cap"])
+	assert.Contains(t, logs.warnings(), "binding snapshot loaded")
+}
