@@ -112,6 +112,21 @@ func (s *syncBuffer) String() string {
 // answers net/http's server will not write: cut bodies, resets, unsolicited 1xx.
 func requestServer(t *testing.T, answer func(c net.Conn, req *http.Request)) string {
 	t.Helper()
+	return rawServer(t, func(c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		answer(c, req)
+	})
+}
+
+// rawServer is a TCP backend on loopback that runs serve on each accepted connection
+// (in its own goroutine) and closes it when serve returns; it returns the URL. The
+// listener and every connection's goroutine end with the test.
+func rawServer(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -124,12 +139,7 @@ func requestServer(t *testing.T, answer func(c net.Conn, req *http.Request)) str
 			}
 			wg.Go(func() {
 				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				answer(c, req)
+				serve(c)
 			})
 		}
 	})

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -22,35 +21,21 @@ import (
 // with a 103 Early Hints, then closes it without a final response.
 func earlyHintsThenCloseServer(t *testing.T, id string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
+	return rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if n > 0 {
-						_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </fail>\r\n\r\n")
-						return
-					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-From: "+id+"\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
-				}
-			})
+			_, _ = io.Copy(io.Discard, req.Body)
+			if n > 0 {
+				_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </fail>\r\n\r\n")
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-From: "+id+"\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
 		}
 	})
-	return "http://" + ln.Addr().String()
 }
 
 // A reused keep-alive connection that sent a 1xx for this request and then closed was
