@@ -146,19 +146,28 @@ func rawServer(t *testing.T, serve func(c net.Conn)) string {
 	return "http://" + ln.Addr().String()
 }
 
-// dialGateway serves a gateway over one backend b0 at url (backend_client client, health
-// checks off) and returns a raw connection to it with a 10 s deadline, for tests that
-// read the exact bytes a client gets. Everything is closed at the test's end.
-func dialGateway(t *testing.T, client, url string) net.Conn {
+// serveGateway serves a gateway over one backend b0 at url (backend_client client,
+// health checks off, the rest of the config extra, YAML lines) on an httptest server,
+// closed with its gateway at the test's end.
+func serveGateway(t *testing.T, client, url string, extra ...string) *httptest.Server {
 	t.Helper()
-	cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-		"\nbackends:\n  - {id: b0, url: \"" + url + "\"}\n"))
+	cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client + "\n" +
+		strings.Join(extra, "") + "backends:\n  - {id: b0, url: \"" + url + "\"}\n"))
 	require.NoError(t, err)
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
 	srv := httptest.NewServer(g)
 	t.Cleanup(srv.Close)
+	return srv
+}
+
+// dialGateway serves a gateway over one backend b0 at url (backend_client client, health
+// checks off) and returns a raw connection to it with a 10 s deadline, for tests that
+// read the exact bytes a client gets. Everything is closed at the test's end.
+func dialGateway(t *testing.T, client, url string) net.Conn {
+	t.Helper()
+	srv := serveGateway(t, client, url)
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

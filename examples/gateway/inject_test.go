@@ -124,14 +124,7 @@ func TestInjectMetadataSkipsTrailers(t *testing.T) {
 	} {
 		client := tc.client
 		t.Run(client+tc.query, func(t *testing.T) {
-			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-				"\nbackends:\n  - {id: b0, url: \"" + be.URL + "\"}\n"))
-			require.NoError(t, err)
-			g, err := gateway.New(cfg)
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			srv := httptest.NewServer(g)
-			t.Cleanup(srv.Close)
+			srv := serveGateway(t, client, be.URL)
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions"+tc.query, strings.NewReader(`{"model":"m"}`))
 			require.NoError(t, err)
 			req.Header.Set("Content-Type", "application/json")

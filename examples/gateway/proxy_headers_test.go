@@ -47,14 +47,7 @@ func TestProxyHeaders(t *testing.T) {
 					_, _ = io.WriteString(w, `{"id":"x","usage":{"prompt_tokens":1,"completion_tokens":1}}`)
 				}))
 				t.Cleanup(backend.Close)
-				cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-					"\nbackends:\n  - {id: b0, url: \"" + backend.URL + "\"}\n"))
-				require.NoError(t, err)
-				g, err := gateway.New(cfg)
-				require.NoError(t, err)
-				t.Cleanup(g.Close)
-				srv := httptest.NewServer(g)
-				t.Cleanup(srv.Close)
+				srv := serveGateway(t, client, backend.URL)
 
 				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions",
 					strings.NewReader(`{"model":"m","messages":[]}`))
