@@ -28,15 +28,7 @@ func BenchmarkServeHTTPStream(b *testing.B) {
 		[]byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[],`+
 			`"usage":{"prompt_tokens":812,"completion_tokens":8,"total_tokens":820}}`+"\n\n"),
 		[]byte("data: [DONE]\n\n"))
-	cfg, err := gateway.ParseConfig([]byte("backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	g, err := gateway.New(cfg, gateway.WithTransport(streamBackend{events}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(g.Close)
+	g := transportGateway(b, "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n", streamBackend{events})
 	reqBody := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":8,` +
 		`"messages":[{"role":"user","content":"run the tests"}]}`)
 	w := &flushWriter{h: http.Header{}}

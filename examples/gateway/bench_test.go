@@ -25,11 +25,18 @@ import (
 // (cannedBackend), closed when the benchmark ends.
 func cannedGateway(b *testing.B, yaml string, resp []byte) *gateway.Gateway {
 	b.Helper()
+	return transportGateway(b, yaml, cannedBackend{resp})
+}
+
+// transportGateway returns a gateway of the YAML config whose requests to backends go
+// through rt, closed when the benchmark ends.
+func transportGateway(b *testing.B, yaml string, rt http.RoundTripper) *gateway.Gateway {
+	b.Helper()
 	cfg, err := gateway.ParseConfig([]byte(yaml))
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := gateway.New(cfg, gateway.WithTransport(cannedBackend{resp}))
+	g, err := gateway.New(cfg, gateway.WithTransport(rt))
 	if err != nil {
 		b.Fatal(err)
 	}

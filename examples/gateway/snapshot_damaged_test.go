@@ -57,15 +57,8 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 			if tt.older {
 				require.NoError(t, os.WriteFile(snap+gateway.DamagedSnapshotSuffix, []byte("older"), 0o600))
 			}
-			logs := &records{}
-			g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+snap+"\n"),
-				gateway.WithLogger(slog.New(logs)))
+			g, logs, err := serveOnce(t, urls[0], snap)
 			require.NoError(t, err)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // load, serve nothing, save
-			require.NoError(t, g.Serve(ctx, ln))
 			assert.Zero(t, g.Scheduler().Len(), "started with an empty table")
 
 			kept, err := os.ReadFile(snap + gateway.DamagedSnapshotSuffix)
@@ -86,4 +79,21 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 			assert.Zero(t, n)
 		})
 	}
+}
+
+// serveOnce builds a gateway over one backend b0 at url with binding_snapshot snap and a
+// recording logger, and runs Serve with a context already cancelled: it loads the
+// snapshot, serves nothing and saves. It returns the gateway, its log records and
+// Serve's error.
+func serveOnce(t *testing.T, url, snap string) (*gateway.Gateway, *records, error) {
+	t.Helper()
+	logs := &records{}
+	g, err := gateway.New(yamlConfig(t, []string{url}, []string{"b0"}, []float64{1}, "binding_snapshot: "+snap+"\n"),
+		gateway.WithLogger(slog.New(logs)))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return g, logs, g.Serve(ctx, ln)
 }

@@ -240,15 +240,7 @@ func TestServeKeepsAnUnreadableSnapshot(t *testing.T) {
 			if renameFails {
 				require.NoError(t, os.MkdirAll(filepath.Join(snap+gateway.DamagedSnapshotSuffix, "x"), 0o755))
 			}
-			logs := &records{}
-			g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+snap+"\n"),
-				gateway.WithLogger(slog.New(logs)))
-			require.NoError(t, err)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel() // load, serve nothing, save
-			err = g.Serve(ctx, ln)
+			g, logs, err := serveOnce(t, urls[0], snap)
 			if !renameFails {
 				require.NoError(t, err)
 				target, err := os.Readlink(snap + gateway.DamagedSnapshotSuffix)
