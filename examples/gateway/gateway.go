@@ -78,6 +78,7 @@ type Gateway struct {
 	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
 
 	reloadMu sync.Mutex    // serializes Reload
+	gone     goneDown      // backends removed while Down (reload_down.go); under reloadMu
 	retired  retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
 

@@ -2,15 +2,11 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"io/fs"
-	"os"
 	"reflect"
 	"slices"
-	"time"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
@@ -63,8 +59,10 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     prober, and [Gateway.Run] restarts its loops with the new intervals; a backend the
 //     old prober held Down (same ID and URL) starts Down in the new one
 //     (health.WithStartDown) and comes back after success_threshold passing probes, as
-//     it would have (the log's held_down lists them); every other backend starts
-//     Healthy. A backend the old prober held Down whose URL changed, or every one when
+//     it would have (the log's held_down lists them); so does a backend added back
+//     with the URL it had when an earlier reload removed it while the active check held
+//     it Down (a configuration rolled back; the last 256 such removals are remembered),
+//     with a "backend state change" line; every other backend starts Healthy. A backend the old prober held Down whose URL changed, or every one when
 //     health checks are disabled (nothing would lift the mark), is marked up, with a
 //     "backend state change" line;
 //   - a change of `listen`, or of a setting the listener, the http.Server or the backend
@@ -121,10 +119,15 @@ func (g *Gateway) Reload(cfg Config) error {
 	rt.prober = old.prober
 	newProber := !sameProbing(old, rt)
 	var heldDown []string // backends the old prober held Down that the new one starts Down
+	var backDown []string // of those, backends added back that were removed while Down
 	if newProber {
-		if rt.cfg.healthEnabled() && old.prober != nil {
+		if rt.cfg.healthEnabled() {
 			for _, b := range rt.backends {
-				if ob := old.byID[b.id]; ob != nil && ob.url.String() == b.url.String() && old.prober.State(b.id) == health.Down {
+				switch ob := old.byID[b.id]; {
+				case ob == nil && g.gone.has(b.id, b.url.String()):
+					heldDown = append(heldDown, b.id)
+					backDown = append(backDown, b.id)
+				case ob != nil && old.prober != nil && ob.url.String() == b.url.String() && old.prober.State(b.id) == health.Down:
 					heldDown = append(heldDown, b.id)
 				}
 			}
@@ -145,6 +148,14 @@ func (g *Gateway) Reload(cfg Config) error {
 		rt.life = old.life
 	}
 	rt.life.addIDs(rt)
+	for _, id := range backDown { // Down before the first request can pick it
+		from := rt.sched.Health().State(id)
+		rt.sched.OnBackendDown(id)
+		if to := rt.sched.Health().State(id); to != from {
+			g.log.Warn("backend state change", "backend", id, "from", from.String(), "to", to.String(),
+				"why", "reload: added back with the URL it had when a reload removed it while its active health check was down")
+		}
+	}
 	if migrate {
 		g.retired.add(old.life) // its requests in flight still count in the load gauges
 	}
@@ -158,6 +169,7 @@ func (g *Gateway) Reload(cfg Config) error {
 	for _, b := range rt.backends {
 		if old.byID[b.id] == nil {
 			added = append(added, b.id)
+			g.gone.remove(b.id)
 		}
 	}
 	for _, b := range old.backends {
@@ -166,6 +178,9 @@ func (g *Gateway) Reload(cfg Config) error {
 			// operator drain) so that, added again later, it is not held Down or Draining by
 			// a mark nothing would lift.
 			removed = append(removed, b.id)
+			if old.prober != nil && old.prober.State(b.id) == health.Down {
+				g.gone.add(b.id, b.url.String())
+			}
 			g.outliers.forget(b.id)
 			rt.sched.Health().Forget(b.id)
 			continue
@@ -290,98 +305,4 @@ func copyLateBindings(from, to *affinity.Scheduler, seen bindingSet) int {
 		return true
 	})
 	return n
-}
-
-// ReloadFile loads the YAML file at path ([LoadConfig]), applies override to it (nil:
-// none; the command uses it for its -listen flag) and calls [Gateway.Reload]. On success
-// it logs "config reloaded"; on failure it logs "config reload rejected" with the error
-// at level Error and returns the error — the old configuration keeps serving.
-func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
-	cfg, err := LoadConfig(path)
-	if err == nil {
-		if override != nil {
-			override(&cfg)
-		}
-		err = g.Reload(cfg)
-	}
-	if err != nil {
-		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "err", err)
-	}
-	return err
-}
-
-// WatchConfig polls the file at path on every tick (the caller owns the ticker, e.g.
-// time.NewTicker(2*time.Second).C) and calls [Gateway.ReloadFile] when it changed since
-// the last look (the first look only records it): another modification time, another
-// size, another file (os.SameFile: device and inode), or, on Linux, another
-// status-change time (ctime, which no tool can set back), so a replacement renamed over
-// path with the same size and modification time (cp -p, rsync -t, install -p, then mv)
-// is loaded too, and on Linux also one that reuses the inode number (rm then cp -p,
-// install -p) or a rewrite in place that keeps size and modification time. path is followed through symlinks (os.Stat), so a symlink swapped to
-// another target is a change. It returns nil when ctx is done or ticks is closed. No new
-// dependency (no inotify): a change is seen within one tick.
-//
-// A path that cannot be stat'ed — missing, a dangling symlink, or another error — is
-// skipped until it can (the current configuration keeps serving), with one Warn when it
-// starts ("watched config file is missing", "... is a dangling symlink", or "... cannot
-// be read") and one Info when the file is back; not a line per tick. The file that comes
-// back is loaded if it differs from the last one seen. Limits: on other platforms than
-// Linux a file rewritten in place or re-created on the same inode number, keeping its
-// size and modification time, is not seen; on Linux neither is a second such change
-// within one tick of the file system's coarse clock (a few milliseconds) after a look;
-// SIGHUP ([Gateway.ReloadFile]) loads it.
-func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan time.Time, override func(*Config)) error {
-	var last fs.FileInfo // the last file seen; nil: none yet
-	problem := ""        // the Warn logged for the current failure to stat path; "": none
-	look := func() fs.FileInfo {
-		fi, err := os.Stat(path)
-		if err == nil {
-			if problem != "" {
-				g.log.Info("watched config file is back", "path", path)
-				problem = ""
-			}
-			return fi
-		}
-		msg := "watched config file cannot be read; the current config keeps serving"
-		if errors.Is(err, fs.ErrNotExist) {
-			msg = "watched config file is missing; the current config keeps serving"
-			if lfi, lerr := os.Lstat(path); lerr == nil && lfi.Mode()&fs.ModeSymlink != 0 {
-				msg = "watched config file is a dangling symlink; the current config keeps serving"
-			}
-		}
-		if msg != problem {
-			g.log.Warn(msg, "path", path, "err", err)
-			problem = msg
-		}
-		return nil
-	}
-	last = look()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-ticks:
-			if !ok {
-				return nil
-			}
-		}
-		fi := look()
-		if fi == nil || last != nil && sameConfigFile(fi, last) {
-			continue
-		}
-		last = fi
-		_ = g.ReloadFile(path, override) // logged
-	}
-}
-
-// sameConfigFile reports whether a and b, two os.Stat results of the watched path, are
-// the same file unchanged: same modification time, size and identity (os.SameFile),
-// and the same status-change time (ctime) where the platform reports it (changeTime).
-func sameConfigFile(a, b fs.FileInfo) bool {
-	if !a.ModTime().Equal(b.ModTime()) || a.Size() != b.Size() || !os.SameFile(a, b) {
-		return false
-	}
-	ca, okA := changeTime(a)
-	cb, okB := changeTime(b)
-	return !okA || !okB || ca == cb
 }

@@ -83,3 +83,58 @@ func TestReloadProberKeepsDownBackendsDown(t *testing.T) {
 		})
 	}
 }
+
+// A backend that a reload removed while the active check held it Down and a later reload
+// adds back with the same URL (a configuration rolled back) is held Down until it passes
+// success_threshold probes (before: Healthy at once, with no log line, and sent traffic);
+// added back with another URL it starts Healthy.
+func TestReloadAddedBackWhileDown(t *testing.T) {
+	for _, sameURL := range []bool{true, false} {
+		t.Run(map[bool]string{true: "same url", false: "other url"}[sameURL], func(t *testing.T) {
+			var healthy atomic.Bool
+			flaky := func() string {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/health" && !healthy.Load() {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write([]byte(`{}`))
+				}))
+				t.Cleanup(srv.Close)
+				return srv.URL
+			}
+			const hc = "health: {enabled: true, failure_threshold: 1, success_threshold: 2}\n"
+			urls := append(jsonBackends(t, 1), flaky())
+			ids := []string{"b0", "b1"}
+			logger, logs := captureLogs()
+			g, err := gateway.New(yamlConfig(t, urls, ids, []float64{1, 1}, hc), gateway.WithLogger(logger))
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			state := func() health.State { return g.Scheduler().Health().State("b1") }
+			g.ProbeOnce(context.Background())
+			require.Equal(t, health.Down, state())
+
+			require.NoError(t, g.Reload(yamlConfig(t, urls[:1], ids[:1], []float64{1}, hc)))
+			require.Contains(t, logs.String(), `"draining":["b1"]`)
+			if !sameURL {
+				urls[1] = flaky()
+			}
+			require.NoError(t, g.Reload(yamlConfig(t, urls, ids, []float64{1, 1}, hc)))
+			if !sameURL {
+				assert.Equal(t, health.Healthy, state(), "another server: not held")
+				assert.Contains(t, logs.String(), `"held_down":null`)
+				return
+			}
+			assert.Equal(t, health.Down, state(), "held Down after being added back")
+			assert.Contains(t, logs.String(), `"added":["b1"]`)
+			assert.Contains(t, logs.String(), `"held_down":["b1"]`)
+			assert.Contains(t, logs.String(), "added back with the URL it had")
+			healthy.Store(true)
+			g.ProbeOnce(context.Background())
+			assert.Equal(t, health.Down, state(), "one passing probe of two")
+			g.ProbeOnce(context.Background())
+			assert.Equal(t, health.Healthy, state(), "back after success_threshold")
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+)
+
+// ReloadFile loads the YAML file at path ([LoadConfig]), applies override to it (nil:
+// none; the command uses it for its -listen flag) and calls [Gateway.Reload]. On success
+// it logs "config reloaded"; on failure it logs "config reload rejected" with the error
+// at level Error and returns the error — the old configuration keeps serving.
+func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
+	cfg, err := LoadConfig(path)
+	if err == nil {
+		if override != nil {
+			override(&cfg)
+		}
+		err = g.Reload(cfg)
+	}
+	if err != nil {
+		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "err", err)
+	}
+	return err
+}
+
+// WatchConfig polls the file at path on every tick (the caller owns the ticker, e.g.
+// time.NewTicker(2*time.Second).C) and calls [Gateway.ReloadFile] when it changed since
+// the last look (the first look only records it): another modification time, another
+// size, another file (os.SameFile: device and inode), or, on Linux, another
+// status-change time (ctime, which no tool can set back), so a replacement renamed over
+// path with the same size and modification time (cp -p, rsync -t, install -p, then mv)
+// is loaded too, and on Linux also one that reuses the inode number (rm then cp -p,
+// install -p) or a rewrite in place that keeps size and modification time. path is followed through symlinks (os.Stat), so a symlink swapped to
+// another target is a change. It returns nil when ctx is done or ticks is closed. No new
+// dependency (no inotify): a change is seen within one tick.
+//
+// A path that cannot be stat'ed — missing, a dangling symlink, or another error — is
+// skipped until it can (the current configuration keeps serving), with one Warn when it
+// starts ("watched config file is missing", "... is a dangling symlink", or "... cannot
+// be read") and one Info when the file is back; not a line per tick. The file that comes
+// back is loaded if it differs from the last one seen. Limits: on other platforms than
+// Linux a file rewritten in place or re-created on the same inode number, keeping its
+// size and modification time, is not seen; on Linux neither is a second such change
+// within one tick of the file system's coarse clock (a few milliseconds) after a look;
+// SIGHUP ([Gateway.ReloadFile]) loads it.
+func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan time.Time, override func(*Config)) error {
+	var last fs.FileInfo // the last file seen; nil: none yet
+	problem := ""        // the Warn logged for the current failure to stat path; "": none
+	look := func() fs.FileInfo {
+		fi, err := os.Stat(path)
+		if err == nil {
+			if problem != "" {
+				g.log.Info("watched config file is back", "path", path)
+				problem = ""
+			}
+			return fi
+		}
+		msg := "watched config file cannot be read; the current config keeps serving"
+		if errors.Is(err, fs.ErrNotExist) {
+			msg = "watched config file is missing; the current config keeps serving"
+			if lfi, lerr := os.Lstat(path); lerr == nil && lfi.Mode()&fs.ModeSymlink != 0 {
+				msg = "watched config file is a dangling symlink; the current config keeps serving"
+			}
+		}
+		if msg != problem {
+			g.log.Warn(msg, "path", path, "err", err)
+			problem = msg
+		}
+		return nil
+	}
+	last = look()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-ticks:
+			if !ok {
+				return nil
+			}
+		}
+		fi := look()
+		if fi == nil || last != nil && sameConfigFile(fi, last) {
+			continue
+		}
+		last = fi
+		_ = g.ReloadFile(path, override) // logged
+	}
+}
+
+// sameConfigFile reports whether a and b, two os.Stat results of the watched path, are
+// the same file unchanged: same modification time, size and identity (os.SameFile),
+// and the same status-change time (ctime) where the platform reports it (changeTime).
+func sameConfigFile(a, b fs.FileInfo) bool {
+	if !a.ModTime().Equal(b.ModTime()) || a.Size() != b.Size() || !os.SameFile(a, b) {
+		return false
+	}
+	ca, okA := changeTime(a)
+	cb, okB := changeTime(b)
+	return !okA || !okB || ca == cb
+}
