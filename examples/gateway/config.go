@@ -238,6 +238,17 @@ type BackendConfig struct {
 	Weight float64 `yaml:"weight"`
 	// Tier is the pool this backend serves; "" is the default pool.
 	Tier string `yaml:"tier"`
+	// Drain, when true, drains the backend (affinity.Scheduler.OnBackendDraining,
+	// operator intent): sessions bound to it keep being sent to it, new sessions and
+	// requests without a session go to the other Healthy backends of its pool (to it only
+	// when none is Healthy), so an operator can let its sessions finish or expire before
+	// removing it. Applied by [New] and by a [Gateway.Reload] that adds the backend or
+	// changes the value (false again ends the drain: affinity.Scheduler.Undrain); a
+	// reload that leaves it unchanged does not touch the drain, nor does anything else
+	// in the gateway. Health stays independent: a drained backend that fails its checks
+	// is Down, and Draining again once it passes them. Default false. Reloadable; a
+	// reload that only changes drain rebuilds nothing and moves no binding.
+	Drain bool `yaml:"drain"`
 }
 
 // HealthConfig is the active prober's configuration (health.ProbeConfig, inline) plus

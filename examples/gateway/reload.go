@@ -40,9 +40,18 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     off, tenant.header, tenant.api_key, the secret): it changes every binding key
 //     ("t:<tag>:<session>"), so each session is placed again on its next turn (a miss,
 //     and a move where HRW picks another backend), logged as one Warn at the reload; the
-//     old keys stay until their TTL (a return to the previous scoping finds them); a removed backend is drained: new sessions
-//     avoid it at once, and each of its bindings is broken as not_candidate (and rebound
-//     to the HRW winner) when its session returns, or expires with its TTL;
+//     old keys stay until their TTL (a return to the previous scoping finds them);
+//   - a removed backend is no longer a candidate, at once (the log's "draining" field
+//     lists it, a historic name: it is not drained in the health sense, and it leaves
+//     /readyz and the backend metrics at once): new sessions avoid it, and each of its
+//     bindings is broken as not_candidate (and rebound to the HRW winner, outcome
+//     rebind) when its session returns, or expires with its TTL; to let its sessions
+//     finish there first, set its backends[].drain, wait, then remove it;
+//   - backends[].drain is applied to a backend the reload adds and to one whose value
+//     changed (true: drained; false again: undrained), and only to those (the log's
+//     drained and undrained fields, and a "backend state change" line for each
+//     effective change); a reload that only changes drain rebuilds no Scheduler or
+//     prober and moves no binding;
 //   - an affinity change (sticky TTL, per-tier TTLs, max_bindings, max_session_id_bytes)
 //     builds a new Scheduler and copies the bindings over through a binding snapshot
 //     (affinity.Scheduler.Snapshot/Restore): each keeps its backend and its remaining TTL,
@@ -156,6 +165,7 @@ func (g *Gateway) Reload(cfg Config) error {
 				"why", "reload: added back with the URL it had when a reload removed it while its active health check was down")
 		}
 	}
+	drained, undrained := g.applyDrains(old, rt) // before the first request on rt can pick a drained backend
 	if migrate {
 		g.retired.add(old.life) // its requests in flight still count in the load gauges
 	}
@@ -224,7 +234,7 @@ func (g *Gateway) Reload(cfg Config) error {
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
 	}
 	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
-		"affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
+		"drained", drained, "undrained", undrained, "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil
 }
 

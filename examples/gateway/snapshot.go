@@ -78,7 +78,7 @@ func newRouting(cfg Config) (*routing, error) {
 		if err != nil {
 			return nil, invalidFrom(ErrBackendWeight, fmt.Sprintf("backends: %q", bc.ID), err, affinity.ErrInvalidBackend)
 		}
-		b := &backend{id: bc.ID, url: u, ab: ab, node: ab.Node(), tier: bc.Tier, prog: newProgress()}
+		b := &backend{id: bc.ID, url: u, ab: ab, node: ab.Node(), tier: bc.Tier, drain: bc.Drain, prog: newProgress()}
 		rt.backends = append(rt.backends, b)
 		rt.byID[b.id] = b
 		rt.knownTiers[bc.Tier] = true
