@@ -139,10 +139,17 @@
 // configuration in place: the routing state (config, backends, tiers, Scheduler, prober)
 // is an immutable snapshot swapped atomically, each request uses the one it started
 // with, bindings to backends that remain never move (but see tenant scoping below),
-// removed backends drain (their
-// bindings break as not_candidate when their sessions return), and a bad config is
-// rejected with a log line while the old one keeps serving. Decisions:
+// removed backends stop being candidates at once (the reload log's "draining" field lists
+// them; their bindings break as not_candidate, a rebind, when their sessions return), and
+// a bad config is rejected with a log line while the old one keeps serving. Decisions:
 //
+//   - backends[].drain: true drains a backend (affinity.Scheduler.OnBackendDraining):
+//     its bound sessions stay, new ones go elsewhere, /readyz and
+//     agentserve_backend_state say "draining"; false again undrains it. Applied at start
+//     and by a reload that adds the backend or changes the value, never otherwise (a
+//     drain an embedder made through Scheduler stays). It is the graceful way out:
+//     drain, wait for the sessions to finish or expire, then remove. Health stays
+//     independent (Down while failing its checks, Draining again once passing).
 //   - An affinity change (sticky TTL, per-tier TTLs, caps) builds a new Scheduler and
 //     copies the bindings over through a binding snapshot: backends and remaining TTLs
 //     are kept (cut to a shorter new TTL). A session whose first turn lands in the

@@ -36,7 +36,12 @@ import (
 // streaks once its body has been read to its end (a bodiless response — to a HEAD, a 204
 // or 304, Content-Length 0 — once it is closed). A body the client drops before its end
 // (code_class client_closed) counts neither way: a client cancelling streams must not
-// hide a backend that cuts the others. Connection problems on a reused keep-alive connection
+// hide a backend that cuts the others. Nor does a request whose client gives up before
+// the response headers arrive: so a hung backend (it accepts requests, never answers,
+// and its health path says 200) is never ejected while every client's own timeout is
+// shorter than timeouts.response_header_seconds (default 300); set that below the
+// clients' timeouts for non-streaming traffic, or rely on the active check where the
+// hang shows on the health path. Connection problems on a reused keep-alive connection
 // before any response byte are not counted (see [IsConnectError] and the retry rules in
 // the package doc).
 type OutlierConfig struct {
@@ -52,10 +57,14 @@ type OutlierConfig struct {
 	// after the first failure of the current streak starts a new streak (default 30).
 	WindowSeconds float64 `yaml:"window_seconds"`
 	// BaseEjectionSeconds is the first ejection's length; the n-th ejection lasts
-	// n x base (default 30). The count of ejections is reset once a backend has stayed
-	// un-ejected for max_ejection_seconds.
+	// n x base (default 30). n restarts at 1 for an ejection that comes
+	// max_ejection_seconds or more after the end of the backend's previous one (well
+	// behaved that long: the back-off starts over); it is checked when the ejection
+	// happens, nothing runs in between.
 	BaseEjectionSeconds float64 `yaml:"base_ejection_seconds"`
-	// MaxEjectionSeconds caps one ejection's length (default 300).
+	// MaxEjectionSeconds caps one ejection's length (default 300), and is how long a
+	// backend must stay un-ejected for its back-off to start over (see
+	// BaseEjectionSeconds).
 	MaxEjectionSeconds float64 `yaml:"max_ejection_seconds"`
 	// MaxEjectionPercent caps the share of configured backends ejected at once, 1..100
 	// (default 50); at least one may always be ejected when there are two or more
