@@ -26,6 +26,7 @@ func TestParseConfigSecondsRange(t *testing.T) {
 		{"timeouts: {read_header_seconds: %s}", "timeouts.read_header_seconds", gateway.ErrTimeoutConfig},
 		{"timeouts: {read_body_seconds: %s}", "timeouts.read_body_seconds", gateway.ErrTimeoutConfig},
 		{"timeouts: {client_idle_seconds: %s}", "timeouts.client_idle_seconds", gateway.ErrTimeoutConfig},
+		{"timeouts: {client_write_seconds: %s}", "timeouts.client_write_seconds", gateway.ErrTimeoutConfig},
 		{"health: {interval_seconds: %s}", "health.interval_seconds", gateway.ErrHealthConfig},
 		{"health: {timeout_seconds: %s}", "health.timeout_seconds", gateway.ErrHealthConfig},
 		{"health: {passive_recheck_seconds: %s}", "health.passive_recheck_seconds", gateway.ErrPassiveRecheck},

@@ -46,6 +46,13 @@ func (g *Gateway) logCut(st *route, r *http.Request) {
 			id = b.id
 		}
 		g.log.Info("request cut by the shutdown drain", "backend", id, "status", w.code)
+	case w.stalled:
+		id := ""
+		if b != nil {
+			id = b.id
+		}
+		g.log.Info("client stopped reading: response aborted after timeouts.client_write_seconds",
+			"backend", id, "status", w.code, "client_write_seconds", st.rt.cfg.Timeouts.ClientWriteSeconds)
 	case b != nil:
 		g.log.Debug("client went away mid-response", "backend", b.id, "status", w.code)
 	}

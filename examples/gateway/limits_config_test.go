@@ -15,7 +15,7 @@ func TestHardeningConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, gateway.TimeoutsConfig{
 		DialSeconds: 5, ResponseHeaderSeconds: 300, StreamIdleSeconds: 60, BackendIdleConnSeconds: 4,
-		ReadHeaderSeconds: 10, ReadBodySeconds: 60, ClientIdleSeconds: 60,
+		ReadHeaderSeconds: 10, ReadBodySeconds: 60, ClientIdleSeconds: 60, ClientWriteSeconds: 60,
 	}, cfg.Timeouts)
 	assert.Equal(t, gateway.LimitsConfig{MaxInflightBytes: 256 << 20, MaxInflightRequests: 1024,
 		RetryAfterSeconds: 1, MaxHeaderBytes: 64 << 10, MaxConnections: 4096}, cfg.Limits)

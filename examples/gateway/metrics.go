@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,6 +162,8 @@ type outcomeWriter struct {
 	gone    bool // the client went away before the response ended (a write or flush failed, or its context ended mid-copy)
 	cut     bool // the backend cut or stalled the response body after its headers (route.cut)
 	http10  bool // the client's request is HTTP/1.0 (or older): it gets no 1xx but a 101
+	stalled bool // a write to the client hit its deadline (timeouts.client_write_seconds)
+	wbound  writeBound
 }
 
 // WriteHeader records the first final status and passes it on. Informational responses
@@ -189,19 +192,28 @@ func (w *outcomeWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
+	w.wbound.renew()
 	n, err := w.ResponseWriter.Write(p)
 	if err != nil {
-		w.gone = true
+		w.failed(err)
 	}
 	return n, err
+}
+
+// failed records that a write or flush to the client failed: the client went away, or
+// stopped reading until the write deadline.
+func (w *outcomeWriter) failed(err error) {
+	w.gone = true
+	w.stalled = w.stalled || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // FlushError flushes the underlying writer, if it can; an error other than "not
 // supported" means the client went away. (http.ResponseController prefers it to Flush.)
 func (w *outcomeWriter) FlushError() error {
+	w.wbound.renew()
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
-		w.gone = true
+		w.failed(err)
 	}
 	return err
 }

@@ -20,20 +20,24 @@ import (
 // ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else.
 func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
-	case "/metrics":
-		g.metrics.ServeHTTP(rw, r)
-		return
-	case "/healthz":
-		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
-		return
-	case "/readyz":
-		g.serveReady(rw)
+	case "/metrics", "/healthz", "/readyz":
+		var b writeBound // a client that does not read them gives up its connection too
+		b.start(rw, duration(g.state().cfg.Timeouts.ClientWriteSeconds))
+		switch r.URL.Path {
+		case "/metrics":
+			g.metrics.ServeHTTP(rw, r)
+		case "/healthz":
+			writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+		default:
+			g.serveReady(rw)
+		}
 		return
 	}
 	rt := g.pin()               // unpinned when the request ends: it leases only on rt.sched (outstanding.go)
 	st := &route{rt: rt, in: r} // one allocation for the request's own state
 	w := &st.ow
 	w.ResponseWriter, w.http10 = rw, !r.ProtoAtLeast(1, 1)
+	w.wbound.start(rw, duration(rt.cfg.Timeouts.ClientWriteSeconds))
 	defer func() {
 		// Still copying: the ReverseProxy aborted the response (http.ErrAbortHandler); if
 		// the client's context has ended, the client went away mid-response. Not a backend

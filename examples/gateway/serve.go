@@ -164,8 +164,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 // configuration: ReadHeaderTimeout (timeouts.read_header_seconds), IdleTimeout
 // (timeouts.client_idle_seconds) and MaxHeaderBytes (limits.max_header_bytes). The body
 // read is bounded per request (timeouts.read_body_seconds) by the handler itself, and
-// there is no WriteTimeout: streams last as long as the backend keeps sending (bounded by
-// timeouts.stream_idle_seconds between chunks). [Gateway.Serve] uses it; embedders
+// so is each write of the response (timeouts.client_write_seconds: a deadline renewed as
+// the client reads); there is no WriteTimeout: streams last as long as the backend keeps
+// sending (bounded by timeouts.stream_idle_seconds between chunks) and the client reads.
+// [Gateway.Serve] uses it; embedders
 // serving the gateway themselves should too.
 // These are read when the server is made: a Reload does not change them.
 func (g *Gateway) HTTPServer() *http.Server {

@@ -16,7 +16,11 @@ type TimeoutsConfig struct {
 	// streaming one sends them at once. Exceeded: JSON 504 backend_timeout, and one
 	// connection failure for outlier detection unless the backend sent response headers
 	// or body bytes for other requests during the wait (slow, not wedged: see
-	// [OutlierConfig]).
+	// [OutlierConfig]). A client that gives up first counts nothing for outlier
+	// detection: a hung backend (accepts, never answers, /health 200) is never ejected
+	// while every client's timeout is shorter; set this below your clients' timeouts for
+	// non-streaming traffic, or rely on the active check where the hang shows on the
+	// health path.
 	ResponseHeaderSeconds float64 `yaml:"response_header_seconds"`
 	// StreamIdleSeconds bounds the silence between two chunks of a response body
 	// (default 60). Exceeded: the response is aborted (the client sees a cut stream) and
@@ -34,6 +38,16 @@ type TimeoutsConfig struct {
 	ReadBodySeconds float64 `yaml:"read_body_seconds"`
 	// ClientIdleSeconds closes idle keep-alive client connections (default 60).
 	ClientIdleSeconds float64 `yaml:"client_idle_seconds"`
+	// ClientWriteSeconds bounds each write of a response to the client (default 60, as
+	// nginx's send_timeout): a client that stops reading, so that the gateway's write to
+	// it blocks, has its response aborted after between 7/8 of this and all of it (the
+	// deadline is renewed by a write at most every eighth of it) and its connection
+	// closed; the request's slot (limits.max_inflight_requests) and its backend lease
+	// are released, the request counts as code_class client_closed and an Info line
+	// "client stopped reading" is logged. It does not bound a whole response: a stream
+	// that keeps being read may last as long as the backend sends. Not applied to a
+	// connection upgraded by a 101 (a tunnel). Changes on reload.
+	ClientWriteSeconds float64 `yaml:"client_write_seconds"`
 }
 
 // Defaults of [TimeoutsConfig], in seconds.
@@ -45,6 +59,7 @@ const (
 	DefaultReadHeaderSeconds      = 10.0
 	DefaultReadBodySeconds        = 60.0
 	DefaultClientIdleSeconds      = 60.0
+	DefaultClientWriteSeconds     = 60.0
 )
 
 func (t TimeoutsConfig) withDefaults() TimeoutsConfig {
@@ -55,6 +70,7 @@ func (t TimeoutsConfig) withDefaults() TimeoutsConfig {
 	t.ReadHeaderSeconds = orDefault(t.ReadHeaderSeconds, DefaultReadHeaderSeconds)
 	t.ReadBodySeconds = orDefault(t.ReadBodySeconds, DefaultReadBodySeconds)
 	t.ClientIdleSeconds = orDefault(t.ClientIdleSeconds, DefaultClientIdleSeconds)
+	t.ClientWriteSeconds = orDefault(t.ClientWriteSeconds, DefaultClientWriteSeconds)
 	return t
 }
 
@@ -66,7 +82,7 @@ func (t TimeoutsConfig) validate() error {
 		{"dial_seconds", t.DialSeconds}, {"response_header_seconds", t.ResponseHeaderSeconds},
 		{"stream_idle_seconds", t.StreamIdleSeconds}, {"backend_idle_conn_seconds", t.BackendIdleConnSeconds},
 		{"read_header_seconds", t.ReadHeaderSeconds}, {"read_body_seconds", t.ReadBodySeconds},
-		{"client_idle_seconds", t.ClientIdleSeconds},
+		{"client_idle_seconds", t.ClientIdleSeconds}, {"client_write_seconds", t.ClientWriteSeconds},
 	} {
 		if p := secondsProblem(f.v, false); p != "" {
 			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: %s", f.name, f.v, p)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Protocol upgrades (WebSocket, or any other Upgrade the backend accepts with 101
@@ -65,8 +66,17 @@ func leaseTunnel(st *route, resp *http.Response) bool {
 // records the 101 as the request's status (code_class 1xx).
 func (w *outcomeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil && w.code == 0 {
+	if err != nil {
+		return c, brw, err
+	}
+	if w.code == 0 {
 		w.code = http.StatusSwitchingProtocols
 	}
-	return c, brw, err
+	// A tunnel is not bounded by timeouts.client_write_seconds: its writes may wait as
+	// long as the protocol it carries lets them. Clear the request's deadline.
+	if err := c.SetWriteDeadline(time.Time{}); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, brw, nil
 }
