@@ -268,7 +268,7 @@ func TestConfigDrainWithAffinityRebuildAndRemoval(t *testing.T) {
 	// session rebinds on its next turn.
 	require.NoError(t, g.Reload(yamlConfig(t, []string{urls[0], urls[2]}, []string{"b0", "b2"}, []float64{1, 1},
 		"affinity: {sticky_ttl_seconds: 600}\n")))
-	assert.Contains(t, logs.String(), `"draining":["b1"]`)
+	assert.Contains(t, logs.String(), `"removed":["b1"]`)
 	_, states := readyStates(t, g)
 	assert.Equal(t, map[string]string{"b0": "healthy", "b2": "healthy"}, states)
 	rec = send(t, g, bound)

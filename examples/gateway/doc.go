@@ -139,7 +139,7 @@
 // configuration in place: the routing state (config, backends, tiers, Scheduler, prober)
 // is an immutable snapshot swapped atomically, each request uses the one it started
 // with, bindings to backends that remain never move (but see tenant scoping below),
-// removed backends stop being candidates at once (the reload log's "draining" field lists
+// removed backends stop being candidates at once (the reload log's "removed" field lists
 // them; their bindings break as not_candidate, a rebind, when their sessions return), and
 // a bad config is rejected with a log line while the old one keeps serving. Decisions:
 //

@@ -41,9 +41,9 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     ("t:<tag>:<session>"), so each session is placed again on its next turn (a miss,
 //     and a move where HRW picks another backend), logged as one Warn at the reload; the
 //     old keys stay until their TTL (a return to the previous scoping finds them);
-//   - a removed backend is no longer a candidate, at once (the log's "draining" field
-//     lists it, a historic name: it is not drained in the health sense, and it leaves
-//     /readyz and the backend metrics at once): new sessions avoid it, and each of its
+//   - a removed backend is no longer a candidate, at once (the log's "removed" field
+//     lists it; it is not drained in the health sense, and it leaves /readyz and the
+//     backend metrics at once): new sessions avoid it, and each of its
 //     bindings is broken as not_candidate (and rebound to the HRW winner, outcome
 //     rebind) when its session returns, or expires with its TTL; to let its sessions
 //     finish there first, set its backends[].drain, wait, then remove it;
@@ -233,7 +233,7 @@ func (g *Gateway) Reload(cfg Config) error {
 			"their cached prefixes go cold (recomputed once on the same backend); sessions do not move",
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
 	}
-	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "draining", removed,
+	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "removed", removed,
 		"drained", drained, "undrained", undrained, "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil
 }

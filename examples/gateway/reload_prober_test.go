@@ -116,7 +116,7 @@ func TestReloadAddedBackWhileDown(t *testing.T) {
 			require.Equal(t, health.Down, state())
 
 			require.NoError(t, g.Reload(yamlConfig(t, urls[:1], ids[:1], []float64{1}, hc)))
-			require.Contains(t, logs.String(), `"draining":["b1"]`)
+			require.Contains(t, logs.String(), `"removed":["b1"]`)
 			if !sameURL {
 				urls[1] = flaky()
 			}
