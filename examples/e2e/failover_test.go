@@ -120,7 +120,8 @@ func TestKilledBackendWithoutRetry(t *testing.T) {
 }
 
 // The active prober drives the scheduler: a backend failing /health goes Down, its
-// sessions rebind (broken, reason down), and it comes back Healthy.
+// bindings are dropped at once (broken, reason down: the session's next turn is a miss
+// placed elsewhere), and it comes back Healthy.
 func TestActiveHealthCheck(t *testing.T) {
 	c := newCluster(t, 3, func(cfg *gateway.Config) {
 		cfg.Health.Enabled = new(true)
