@@ -79,7 +79,7 @@ func TestLoadDeterminism(t *testing.T) {
 	for step := range 6000 {
 		if len(live) > 0 && rng.IntN(3) == 0 {
 			j := rng.IntN(len(live))
-			info := affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: int64(rng.IntN(2000))}
+			info := affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: int64(rng.IntN(2000)), CacheReported: true}
 			for k := range rs {
 				live[j].l[k].Done(info)
 			}

@@ -88,7 +88,8 @@
 //     1; reprefill as in rule 17): a warm backend prefills only the part of the prompt
 //     beyond the cached prefix. Per backend it is
 //     kept in atomics; nothing is kept per session beyond the binding (which holds the
-//     last reported prompt size and a lost-cache flag).
+//     last reported prompt size and a lost-cache flag). Decodes are not counted: a warm
+//     hit costs 1 token (docs/load-aware.md, "What the load counts").
 //     14a. Drain model (opt-in: load.drain_tokens_per_second > 0). Each backend's charged
 //     work drains with time: a lease adds perRequest + charge x perToken of engine time
 //     to the backend's horizon, which starts from max(horizon, now) (a work-conserving
@@ -100,9 +101,9 @@
 //     14b. Service model: perRequest (time.Duration; decoding and overhead of an average
 //     request) and perToken (engine time per uncached prompt token) are a least-squares
 //     fit of each request's service time — its Done time minus the later of its Acquire
-//     time and the backend's previous Done — on its uncached prompt tokens (reported
-//     prompt - cached, else its charge), over samples weighted by drain_ewma_weight
-//     (default 0.05) per request. Before a backend's first Done, perToken is
+//     time and the backend's previous Done — on its uncached prompt tokens (prompt -
+//     cached when both were reported, else its charge), over samples weighted by
+//     drain_ewma_weight (default 0.05) per request. Before a backend's first Done, perToken is
 //     1 / drain_tokens_per_second and perRequest 0. [Scheduler.Drain] reports both.
 //     14c. Cache retention: with the drain model a hit is charged cost - reprefill only if
 //     its binding was idle (time since its previous turn) for less than its backend's
@@ -110,8 +111,9 @@
 //     learned from the cached tokens hits report: an eviction (cached < half of
 //     reprefill) after an idle time below it lowers it, a survival after an idle time
 //     above it raises it, by drain_ewma_weight of the distance; the first eviction sets
-//     it. With retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x
-//     the retention counts as evicted in rule 17 (reprefill 0), as a lost cache does.
+//     it; a hit whose cached count was not reported (rule 17) teaches it nothing. With
+//     retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x the
+//     retention counts as evicted in rule 17 (reprefill 0), as a lost cache does.
 //     14d. Prefix survival: past the retention a prefix may still be cached (with large
 //     caches most are, 1-2 retentions on; with small ones few). Each backend keeps the
 //     survival rate of its hits idle past the retention in bins of idle time / retention
@@ -143,7 +145,9 @@
 //     the work this request would queue behind) and reprefill the prefix the move throws
 //     away: 0 when the binding's last hit reported cached / prompt tokens <=
 //     cold_cache_ratio (the backend evicted it), else min(last reported prompt tokens,
-//     cost), else cost (with the drain model, as rules 14c and 14d scale it). The move is
+//     cost), else cost (with the drain model, as rules 14c and 14d scale it). An
+//     unreported cached count (DoneInfo.CacheReported false, CachedPromptTokens 0) is
+//     unknown, never a loss: that binding keeps its prompt size, not cold. The move is
 //     a rebind: AffinityHit false, Outcome spill, counted once as
 //     broken{reason="overloaded"} and as a miss, logged at Debug; the new binding sticks
 //     like any other.
@@ -152,10 +156,11 @@
 //     most n-1 times while its binding lives, and replicas (which rank alike) choose the
 //     same target; for a session on its HRW winner that is also its failover target.
 //     One exception, for a binding with nothing left to lose: when its reprefill is 0
-//     (its last hit reported the prefix lost, or it idled f x the retention) and its
-//     backend is busy (load > 0), it is placed as a new session would be (rule 16, over
-//     its whole ranking) and moves there — a spill, counted as above — when that is
-//     another backend with less load than its own; otherwise it stays. Such a move can go
+//     (its last hit reported the prefix lost — a missing count never does — or it
+//     idled f x the retention) and its backend is busy (load > 0), it is placed as a
+//     new session would be (rule 16, over its whole ranking) and moves there — a spill,
+//     counted as above — when that is another backend with less load than its own;
+//     otherwise it stays. Such a move can go
 //     up the ranking, but only after a cache loss: the moved binding is warm (the move's
 //     turn is not a hit), so it moves again only after its prefix is lost again, never
 //     on load alone.
@@ -170,7 +175,8 @@
 //     backend's load below zero is undone, so it never reads negative or full); Acquire refuses to fill a Lease
 //     still open (ErrInvalidLease) and fills one whose Done has returned. Usage it reports (prompt and cached
 //     prompt tokens) on an affinity hit feeds the tier's achieved reuse
-//     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it).
+//     ([Scheduler.Reuse], metrics.UsageRecorder when the Recorder implements it) when
+//     both were reported (an unreported cached count is left out, not 0 % reuse).
 //  21. Parent placement: [Scheduler.SelectBackendWithParent] takes a parent
 //     session ID as a hint. It changes only rule 3, and only for a turn without a valid
 //     binding of its own: if the parent has a valid binding in the same tier whose

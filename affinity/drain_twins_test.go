@@ -57,7 +57,7 @@ func runTwins(t *testing.T, cfg affinity.Config, sc twinScript) ([2]*affinity.Sc
 		}
 		if len(live) > 0 && rng.IntN(sc.doneOneIn) == 0 {
 			j := rng.IntN(len(live))
-			info := affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(rng.IntN(sc.cachedSteps) * sc.cachedUnit)}
+			info := affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(rng.IntN(sc.cachedSteps) * sc.cachedUnit), CacheReported: true}
 			for k := range rs {
 				live[j][k].Done(info)
 			}

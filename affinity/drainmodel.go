@@ -264,11 +264,13 @@ func (s *Scheduler) drainNow() int64 {
 }
 
 // learnDrain feeds a released lease to the drain model: the backend's uncached prompt
-// tokens when reported (prompt > 0: prompt - cached, at least 1), else the lease's charge.
+// tokens when reported (prompt > 0 and cached >= 0: prompt - cached, at least 1), else
+// the lease's charge (the uncached work it was leased with; also when only the cached
+// count is missing: prompt alone would count a warm hit's whole prompt as prefilled).
 func (s *Scheduler) learnDrain(bl *backendLoad, start, charge, prompt, cached int64) {
 	tokens := charge
-	if prompt > 0 {
-		tokens = max(prompt-min(max(cached, 0), prompt), 1)
+	if prompt > 0 && cached >= 0 {
+		tokens = max(prompt-min(cached, prompt), 1)
 	}
 	bl.learn(&s.ld.p, start, s.t.clock.now(), tokens)
 }

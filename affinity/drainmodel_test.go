@@ -75,7 +75,7 @@ func TestDrainView(t *testing.T) {
 
 	// The first request ends at 2.5 s: its service time is 2.5 s for 1000 uncached tokens
 	// (400 tokens/s), and the horizon is re-anchored on the open lease (500 tokens).
-	l1.Done(affinity.DoneInfo{PromptTokens: 1000})
+	l1.Done(affinity.DoneInfo{PromptTokens: 1000, CacheReported: true})
 	assert.InDelta(t, 400, s.Drain(id).TokensPerSecond, 1e-6)
 	assert.Equal(t, int64(500), s.LoadView(id), "the open lease counts again")
 	clk.Advance(time.Second)
@@ -103,9 +103,9 @@ func TestDrainLearnsServiceModel(t *testing.T) {
 		l2, err := acquire(s, fmt.Sprintf("y%d", i), "", b, t2)
 		require.NoError(t, err)
 		clk.Advance(service(t1))
-		l1.Done(affinity.DoneInfo{PromptTokens: t1 + 100, CachedPromptTokens: 100})
+		l1.Done(affinity.DoneInfo{PromptTokens: t1 + 100, CachedPromptTokens: 100, CacheReported: true})
 		clk.Advance(service(t2))
-		l2.Done(affinity.DoneInfo{PromptTokens: t2})
+		l2.Done(affinity.DoneInfo{PromptTokens: t2, CacheReported: true})
 		clk.Advance(time.Second) // idle: not service time
 	}
 	m := s.Drain(b[0].ID())
@@ -135,7 +135,7 @@ func TestDrainCacheRetention(t *testing.T) {
 		l, err := acquire(s, session, "", b, cost)
 		require.NoError(t, err)
 		charged := s.Load(id).Cost
-		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
+		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached, CacheReported: true})
 		return charged
 	}
 	// Prompt sizes are multiples of 64 tokens, the granularity a binding keeps them in.
@@ -173,15 +173,15 @@ func TestDrainRetentionGuard(t *testing.T) {
 			first, err := acquire(s, "s", "", bs, 4000)
 			require.NoError(t, err)
 			w := first.Backend
-			first.Done(affinity.DoneInfo{PromptTokens: 4000})
+			first.Done(affinity.DoneInfo{PromptTokens: 4000, CacheReported: true})
 			// Teach w a retention of 10 s with another session.
 			l, err := acquire(s, "r", "", []affinity.Backend{w}, 1000)
 			require.NoError(t, err)
-			l.Done(affinity.DoneInfo{PromptTokens: 1000})
+			l.Done(affinity.DoneInfo{PromptTokens: 1000, CacheReported: true})
 			clk.Advance(10 * time.Second)
 			l, err = acquire(s, "r", "", []affinity.Backend{w}, 1200)
 			require.NoError(t, err)
-			l.Done(affinity.DoneInfo{PromptTokens: 1200})
+			l.Done(affinity.DoneInfo{PromptTokens: 1200, CacheReported: true})
 			require.Equal(t, 10*time.Second, s.Drain(w.ID()).CacheRetention)
 
 			clk.Advance(tc.idle - 10*time.Second)
@@ -224,7 +224,7 @@ func TestDrainRace(t *testing.T) {
 				if i%2 == 0 {
 					leases <- l
 				} else {
-					l.Done(affinity.DoneInfo{PromptTokens: 4000, CachedPromptTokens: int64(rng.IntN(4000))})
+					l.Done(affinity.DoneInfo{PromptTokens: 4000, CachedPromptTokens: int64(rng.IntN(4000)), CacheReported: true})
 				}
 			}
 		}()
@@ -234,7 +234,7 @@ func TestDrainRace(t *testing.T) {
 		go func() {
 			defer rel.Done()
 			for l := range leases {
-				l.Done(affinity.DoneInfo{PromptTokens: 2000})
+				l.Done(affinity.DoneInfo{PromptTokens: 2000, CacheReported: true})
 				l.Done(affinity.DoneInfo{}) // twice
 			}
 		}()
@@ -255,14 +255,14 @@ func TestDrainHitZeroAllocs(t *testing.T) {
 	bs := backendsN(8)
 	var l affinity.Lease // the caller's, reused
 	require.NoError(t, s.Acquire("s", "", bs, 1000, &l))
-	l.Done(affinity.DoneInfo{PromptTokens: 1000})
+	l.Done(affinity.DoneInfo{PromptTokens: 1000, CacheReported: true})
 	allocs := testing.AllocsPerRun(1000, func() {
 		clk.Advance(time.Millisecond)
 		err := s.Acquire("s", "", bs, 1000, &l)
 		if err != nil || l.Outcome != affinity.OutcomeHit {
 			t.Fatal("not a hit", l.Outcome, err)
 		}
-		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900})
+		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900, CacheReported: true})
 	})
 	assert.Zero(t, allocs)
 }
@@ -291,7 +291,7 @@ func BenchmarkLeaseHitDrain(b *testing.B) {
 					if err != nil || l.Outcome != affinity.OutcomeHit {
 						b.Fatal("not a hit", l.Outcome, err)
 					}
-					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900})
+					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900, CacheReported: true})
 				})
 			})
 		}

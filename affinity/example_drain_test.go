@@ -24,7 +24,7 @@ func ExampleScheduler_Drain() {
 	clk.Advance(400 * time.Millisecond) // the prompt is half done at 10,000 tokens/s
 	fmt.Println("queued after 400 ms:", sched.LoadView("vllm-0"))
 	clk.Advance(1600 * time.Millisecond) // the answer ends 2 s after the request
-	l.Done(affinity.DoneInfo{PromptTokens: 8000})
+	l.Done(affinity.DoneInfo{PromptTokens: 8000, CacheReported: true})
 	// One sample, 8,000 tokens in 2 s of service (decode included); more samples of
 	// different sizes separate a per-request time (Drain().PerRequest) from the rate.
 	fmt.Printf("learned: %.0f tokens/s\n", sched.Drain("vllm-0").TokensPerSecond)

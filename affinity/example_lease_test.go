@@ -26,7 +26,7 @@ func ExampleScheduler_Acquire() {
 		}
 		fmt.Printf("turn %d: %s in flight=%d\n", turn, lease.Outcome, sched.Load(lease.Backend.ID()).Requests)
 		// ... forward to lease.Backend.Addr(), read the response ...
-		lease.Done(affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(turn-1) * 2900})
+		lease.Done(affinity.DoneInfo{PromptTokens: 3000, CachedPromptTokens: int64(turn-1) * 2900, CacheReported: true})
 		lease.Done(affinity.DoneInfo{}) // idempotent
 	}
 	fmt.Printf("reuse on hits: %.2f\n", sched.Reuse("").Ratio())
@@ -48,7 +48,7 @@ func ExampleScheduler_Acquire_spill() {
 	}
 	var first, busy, next affinity.Lease
 	_ = sched.Acquire("agent-7", "", backends, 2000, &first)
-	first.Done(affinity.DoneInfo{PromptTokens: 2000})
+	first.Done(affinity.DoneInfo{PromptTokens: 2000, CacheReported: true})
 	home := first.Backend
 	// Other traffic piles 40,000 tokens of prefill onto the session's backend.
 	_ = sched.Acquire("batch-job", "", []affinity.Backend{home}, 40000, &busy)
@@ -78,7 +78,7 @@ func ExampleScheduler_LeaseBackend() {
 	first.Done(affinity.DoneInfo{Err: fmt.Errorf("connection refused")}) // the attempt failed
 	_ = sched.LeaseBackend(other, 1000, &retry)
 	fmt.Println(retry.Outcome, retry.AffinityHit, sched.Load(other.ID()).Requests, sched.Load(bound.ID()).Requests)
-	retry.Done(affinity.DoneInfo{PromptTokens: 250})
+	retry.Done(affinity.DoneInfo{PromptTokens: 250, CacheReported: true})
 	b, _ := sched.Lookup("session-9", "")
 	fmt.Println(b == bound.ID(), sched.Load(other.ID()).Requests, sched.Stats().Hits+sched.Stats().Misses)
 	// Output:

@@ -49,8 +49,18 @@ type DoneInfo struct {
 	// PromptTokens is usage.prompt_tokens of the response (0: not reported).
 	PromptTokens int64
 	// CachedPromptTokens is usage.prompt_tokens_details.cached_tokens: the prompt tokens
-	// the backend served from its prefix cache.
+	// the backend served from its prefix cache. A value > 0 is a report by itself; 0 is
+	// one only with CacheReported; a negative value is never one (no count).
 	CachedPromptTokens int64
+	// CacheReported says the backend reported its cached prompt tokens (the usage object
+	// had prompt_tokens_details.cached_tokens), so a CachedPromptTokens of 0 means the
+	// cache served nothing. false with CachedPromptTokens 0 means not reported: vLLM
+	// without --enable-prompt-tokens-details (its default) omits the details or sends
+	// null, Dynamo omits them on a miss. An unreported count is unknown, not a lost cache:
+	// it never marks the binding's cache lost (the spill guard's reprefill 0), is not
+	// counted in the achieved reuse, and teaches the drain model nothing about cache
+	// retention (the package documentation, rules 14b, 14c, 17 and 20).
+	CacheReported bool
 	// CompletionTokens is usage.completion_tokens (kept for symmetry with the usage
 	// object; not used to decide).
 	CompletionTokens int64
@@ -113,11 +123,14 @@ func (*noCopy) Unlock() {}
 // the same *Lease, also after OnBackendDown(Backend.ID()) (the load is released;
 // bindings are unaffected).
 //
-// When info reports usage (PromptTokens > 0) and no error: an affinity hit adds its
-// prompt and cached prompt tokens to the tier's achieved reuse ([Scheduler.Reuse], and
-// metrics.UsageRecorder if the Recorder implements it); with load awareness on, the
-// session's binding remembers the prompt size and whether the cache was lost (cached /
-// prompt <= cold_cache_ratio), which the spill guard uses.
+// When info reports usage (PromptTokens > 0) and no error, with load awareness on, the
+// session's binding remembers the prompt size and, when the cached tokens were reported
+// (CachedPromptTokens > 0, or 0 with CacheReported), whether the cache was lost (cached / prompt
+// <= cold_cache_ratio), which the spill guard uses; an unreported count leaves the
+// binding not lost. An affinity hit that reported both adds its prompt and cached prompt
+// tokens to the tier's achieved reuse ([Scheduler.Reuse], and metrics.UsageRecorder if
+// the Recorder implements it); one whose cached count was not reported is not counted
+// there (its reuse is unknown, not 0 %).
 //
 // Cost: one atomic swap on the Lease and one atomic add on the backend's load,
 // 0 allocs; with usage and load awareness on, one xxh3 hash of the session ID and one
@@ -128,42 +141,53 @@ func (l *Lease) Done(info DoneInfo) {
 	if info.Err != nil { // a failed request's usage is ignored
 		prompt = 0
 	}
-	l.done(prompt, info.CachedPromptTokens)
+	l.done(prompt, info.CachedPromptTokens, info.CacheReported)
 }
 
-// done is Done with the usage it records as two integers (prompt > 0: reported, by a
-// request that succeeded): a DoneInfo argument (40 bytes) would be stored to the stack
-// before the swap. Done inlines into its caller.
-func (l *Lease) done(prompt, cached int64) {
+// cachedUnknown is learn's cached argument when the backend did not report its cached
+// prompt tokens (any negative count means that).
+const cachedUnknown = -1
+
+// done is Done with the usage it records as scalars (prompt > 0: reported, by a request
+// that succeeded; cached and reported as in DoneInfo): a DoneInfo argument (48 bytes)
+// would be stored to the stack before the swap. Done inlines into its caller; turning
+// an unreported count into cachedUnknown here rather than there keeps it within the
+// inlining budget.
+func (l *Lease) done(prompt, cached int64, reported bool) {
 	if l == nil {
 		return
 	}
 	if st := atomic.SwapUint32(&l.state, 0); st&leaseOpen != 0 {
 		l.bl.sub(l.cost)
 		if st&leaseDrain != 0 || prompt > 0 {
+			if cached == 0 && !reported {
+				cached = cachedUnknown
+			}
 			l.s.learn(l, st, prompt, cached)
 		}
 	}
 }
 
 // learn is the rest of a Lease's first Done: the drain model learns from the request and
-// the reported usage (prompt > 0; cached as reported) is recorded.
+// the reported usage (prompt > 0; cached as reported, or cachedUnknown) is recorded.
 func (s *Scheduler) learn(l *Lease, st uint32, prompt, cached int64) {
 	bl, hit := l.bl, st&leaseHit != 0
 	if st&leaseDrain != 0 { // drainmodel.go
 		s.learnDrain(bl, l.start, l.cost, prompt, cached)
-		if l.rp > 0 && prompt > 0 {
+		if l.rp > 0 && prompt > 0 && cached >= 0 { // an unreported count is no eviction
 			bl.learnRetention(&s.ld.p, l.idle, l.rp, cached)
 		}
 	}
 	if prompt <= 0 {
 		return
 	}
-	cached = min(max(cached, 0), prompt)
+	if cached >= 0 {
+		cached = min(cached, prompt)
+	}
 	if s.ld.p.on && l.session != "" { // LeaseBackend's leases have no binding
 		s.noteUsage(l.session, l.tier, bl, hit, prompt, cached)
 	}
-	if hit {
+	if hit && cached >= 0 { // unreported reuse is unknown, not 0 %
 		s.ld.usage.add(l.tier, prompt, cached)
 		if s.ld.urec != nil {
 			s.ld.urec.Usage(l.tier, prompt, cached)
@@ -174,7 +198,7 @@ func (s *Scheduler) learn(l *Lease, st uint32, prompt, cached int64) {
 // Binding load flags (entry.lflags).
 const (
 	flagKnown uint8 = 1 << iota // lprompt holds the last reported prompt size
-	flagCold                    // the last hit reported (almost) no cached tokens
+	flagCold                    // the last hit reported (almost) no cached tokens (never set by an unreported count)
 )
 
 // promptUnit is the granularity of entry.lprompt in tokens.
@@ -199,7 +223,9 @@ func newLoadState(p loadParams, rec metrics.Recorder) *loadState {
 func hashID(id string) uint64 { return hrw.NodeHash(id) }
 
 // noteUsage stores the reported prompt size and the cold flag in the session's binding if
-// it is still bound to the lease's backend.
+// it is still bound to the lease's backend. cached is cachedUnknown when not reported:
+// the flag is then cleared, as after a miss (it describes the last turn, and an unknown
+// count is no evidence of a lost cache).
 func (s *Scheduler) noteUsage(session, tier string, bl *backendLoad, hit bool, prompt, cached int64) {
 	kh := hrw.KeyHash(session)
 	sh := s.t.shardFor(kh)
@@ -209,7 +235,7 @@ func (s *Scheduler) noteUsage(session, tier string, bl *backendLoad, hit bool, p
 		if sh.idOf(e.slot) == bl.id {
 			e.lprompt = uint16((min(prompt, (1<<16-1)*promptUnit) + promptUnit - 1) / promptUnit) // no overflow for any prompt
 			e.lflags |= flagKnown
-			if hit && float64(cached) <= s.ld.p.coldRatio*float64(prompt) { // full precision, no overflow
+			if hit && cached >= 0 && float64(cached) <= s.ld.p.coldRatio*float64(prompt) { // full precision, no overflow
 				e.lflags |= flagCold
 			} else {
 				e.lflags &^= flagCold

@@ -55,7 +55,7 @@ func TestLeaseRace(t *testing.T) {
 						leases <- l
 					}
 				} else {
-					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: int64(rng.IntN(1000))})
+					l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: int64(rng.IntN(1000)), CacheReported: true})
 				}
 			}
 		}()

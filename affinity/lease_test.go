@@ -141,7 +141,7 @@ func TestLeaseDoneIdempotent(t *testing.T) {
 
 	// Done after OnBackendDown releases the load; bindings are gone, Done does not care.
 	assert.Equal(t, 1, s.OnBackendDown(id))
-	l.Done(affinity.DoneInfo{PromptTokens: 100, CachedPromptTokens: 90})
+	l.Done(affinity.DoneInfo{PromptTokens: 100, CachedPromptTokens: 90, CacheReported: true})
 	assert.Equal(t, affinity.LoadSnapshot{}, s.Load(id))
 
 	new(affinity.Lease).Done(affinity.DoneInfo{}) // zero Lease: no-op
@@ -217,7 +217,7 @@ func TestLeaseCostClamped(t *testing.T) {
 
 // TestLeaseHitZeroAllocs: Acquire+Done on a hit into a Lease the caller reuses allocates
 // nothing, with load awareness off and on, at 8 and 64 candidates, with and without
-// usage reported to Done.
+// usage reported to Done (and with a prompt but no cached count).
 func TestLeaseHitZeroAllocs(t *testing.T) {
 	for _, n := range []int{8, 64} {
 		for _, tc := range []struct {
@@ -226,9 +226,10 @@ func TestLeaseHitZeroAllocs(t *testing.T) {
 			info affinity.DoneInfo
 		}{
 			{"off", affinity.Config{}, affinity.DoneInfo{}},
-			{"off/usage", affinity.Config{}, affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900}},
+			{"off/usage", affinity.Config{}, affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900, CacheReported: true}},
 			{"on", loadCfg(1.25, 1), affinity.DoneInfo{}},
-			{"on/usage", loadCfg(1.25, 1), affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900}},
+			{"on/usage", loadCfg(1.25, 1), affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 900, CacheReported: true}},
+			{"on/unreported", loadCfg(1.25, 1), affinity.DoneInfo{PromptTokens: 1000}},
 		} {
 			t.Run(fmt.Sprintf("%s/cands=%d", tc.name, n), func(t *testing.T) {
 				s, _ := newSched(t, tc.cfg)
@@ -290,9 +291,9 @@ func TestLeaseBackend(t *testing.T) {
 				assert.Equal(t, affinity.OutcomeMiss, l.Outcome)
 				assert.False(t, l.AffinityHit)
 				assert.Equal(t, "b", l.Backend.ID())
-				l.Done(affinity.DoneInfo{PromptTokens: 500, CachedPromptTokens: 400})
+				l.Done(affinity.DoneInfo{PromptTokens: 500, CachedPromptTokens: 400, CacheReported: true})
 			}
-			open.Done(affinity.DoneInfo{PromptTokens: 500})
+			open.Done(affinity.DoneInfo{PromptTokens: 500, CacheReported: true})
 			assert.Equal(t, affinity.LoadSnapshot{}, s.Load("b"), "every lease released")
 			st := s.Stats()
 			assert.Zero(t, st.Hits+st.Misses+st.Broken.Total(), "nothing counted")
@@ -301,7 +302,7 @@ func TestLeaseBackend(t *testing.T) {
 			var l affinity.Lease
 			allocs := testing.AllocsPerRun(100, func() {
 				_ = s.LeaseBackend(b, 5, &l)
-				l.Done(affinity.DoneInfo{PromptTokens: 10})
+				l.Done(affinity.DoneInfo{PromptTokens: 10, CacheReported: true})
 			})
 			assert.Zero(t, allocs, "LeaseBackend+Done into a reused Lease")
 		})

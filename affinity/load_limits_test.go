@@ -220,11 +220,11 @@ func TestColdCacheRatioPrecision(t *testing.T) {
 			l, err := acquire(s, "sess", "", bs, 10000)
 			require.NoError(t, err)
 			home := l.Backend
-			l.Done(affinity.DoneInfo{PromptTokens: 10000})
+			l.Done(affinity.DoneInfo{PromptTokens: 10000, CacheReported: true})
 			l, err = acquire(s, "sess", "", bs, 10000)
 			require.NoError(t, err)
 			require.Equal(t, affinity.OutcomeHit, l.Outcome)
-			l.Done(affinity.DoneInfo{PromptTokens: tc.prompt, CachedPromptTokens: tc.cached})
+			l.Done(affinity.DoneInfo{PromptTokens: tc.prompt, CachedPromptTokens: tc.cached, CacheReported: true})
 			_, err = acquire(s, "pile", "", []affinity.Backend{home}, 50000)
 			require.NoError(t, err)
 			l, err = acquire(s, "sess", "", bs, 10000)

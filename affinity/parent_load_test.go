@@ -22,7 +22,7 @@ func parentOn(t *testing.T, s *affinity.Scheduler, pb string, bs []affinity.Back
 	require.NoError(t, err)
 	require.Equal(t, pb, l.Backend.ID())
 	require.True(t, l.AffinityHit)
-	l.Done(affinity.DoneInfo{PromptTokens: prompt, CachedPromptTokens: cached})
+	l.Done(affinity.DoneInfo{PromptTokens: prompt, CachedPromptTokens: cached, CacheReported: true})
 }
 
 // holdLoad leases cost prompt tokens on each backend of bs (by index), never released:
@@ -141,7 +141,7 @@ func TestAcquireWithParentRetention(t *testing.T) {
 				l, err := acquire(s, "other", "", bs, 100)
 				require.NoError(t, err)
 				require.True(t, l.AffinityHit)
-				l.Done(affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: cached})
+				l.Done(affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: cached, CacheReported: true})
 				clk.Advance(10 * time.Second)
 			}
 			require.Equal(t, 10*time.Second, s.Drain(pb).CacheRetention)
@@ -261,7 +261,7 @@ func TestAcquireWithParentConcurrentUsage(t *testing.T) {
 			if !assert.NoError(t, err) {
 				return
 			}
-			l.Done(affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: int64(i%2) * 1900})
+			l.Done(affinity.DoneInfo{PromptTokens: 2000, CachedPromptTokens: int64(i%2) * 1900, CacheReported: true})
 		}
 	}()
 	go func() { // other sessions come and go

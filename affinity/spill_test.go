@@ -21,7 +21,7 @@ func TestSpill(t *testing.T) {
 		s, _ := newSched(t, loadCfg(1.5, weight), affinity.WithRecorder(rec))
 		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
-		l.Done(affinity.DoneInfo{PromptTokens: 1000})
+		l.Done(affinity.DoneInfo{PromptTokens: 1000, CacheReported: true})
 		return s, rec, l
 	}
 	// pile puts cost on backend id through other sessions' leases (bypassing placement
@@ -66,7 +66,7 @@ func TestSpill(t *testing.T) {
 		l, err := acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)
 		require.Equal(t, affinity.OutcomeHit, l.Outcome)
-		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 0})
+		l.Done(affinity.DoneInfo{PromptTokens: 1000, CachedPromptTokens: 0, CacheReported: true})
 		pile(t, s, first.Backend.ID(), 50000)
 		l, err = acquire(s, "sess", "gold", bs, 1000)
 		require.NoError(t, err)

@@ -83,7 +83,7 @@ func TestDrainSurvivalBelowRetention(t *testing.T) {
 	l, err := acquire(s, u, "", bs, 4000)
 	require.NoError(t, err)
 	require.Equal(t, w.ID(), l.Backend.ID())
-	l.Done(affinity.DoneInfo{PromptTokens: 4000})
+	l.Done(affinity.DoneInfo{PromptTokens: 4000, CacheReported: true})
 	clk.Advance(5 * time.Second)
 	require.NoError(t, s.ReportLoad(w.ID(), affinity.BackendLoad{Waiting: 15}))
 	l, err = acquire(s, u, "", bs, 5000)
@@ -116,7 +116,7 @@ func TestSpillColdBindingReplaced(t *testing.T) {
 		t.Helper()
 		l, err := acquire(s, sid, "", bs, cost)
 		require.NoError(t, err)
-		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
+		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached, CacheReported: true})
 		return l
 	}
 	report(20, 0) // the HRW winner busy: placed on the other backend
@@ -166,13 +166,13 @@ func survivalFixture(t *testing.T) (*affinity.Scheduler, *affinitytest.Clock, []
 	first, err := acquire(s, "s", "", bs, 4000)
 	require.NoError(t, err)
 	w := first.Backend
-	first.Done(affinity.DoneInfo{PromptTokens: 4000})
+	first.Done(affinity.DoneInfo{PromptTokens: 4000, CacheReported: true})
 	only := []affinity.Backend{w}
 	turn := func(session string, cost, cached int64) {
 		t.Helper()
 		l, err := acquire(s, session, "", only, cost)
 		require.NoError(t, err)
-		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached})
+		l.Done(affinity.DoneInfo{PromptTokens: cost, CachedPromptTokens: cached, CacheReported: true})
 	}
 	return s, clk, bs, w, turn
 }

@@ -197,7 +197,7 @@ func TestWeightedBoundSpill(t *testing.T) {
 			l, err := acquire(s, session, "", bs, 1000)
 			require.NoError(t, err)
 			require.Equal(t, a.ID(), l.Backend.ID())
-			l.Done(affinity.DoneInfo{PromptTokens: tc.prompt, CachedPromptTokens: tc.prompt})
+			l.Done(affinity.DoneInfo{PromptTokens: tc.prompt, CachedPromptTokens: tc.prompt, CacheReported: true})
 			for _, p := range []struct {
 				b    affinity.Backend
 				load int64

@@ -96,9 +96,12 @@ func (Noop) Evicted(string) {}
 // reports when a load-aware lease ends (affinity.Lease.Done with usage): a Recorder that
 // also implements it is found with a type assertion, so existing Recorders keep
 // compiling. Usage is called once per lease that was an affinity hit and whose Done
-// reported prompt tokens, outside the Scheduler's locks, on the goroutine that called
-// Done; the same rules as Recorder apply (concurrency-safe, non-blocking, do not retain
-// tier).
+// reported prompt tokens and a cached count (affinity.DoneInfo: CachedPromptTokens > 0,
+// or CacheReported), outside the Scheduler's locks, on the goroutine that called Done;
+// the same rules as Recorder apply (concurrency-safe, non-blocking, do not retain tier).
+// A hit whose backend did not report its cached tokens (vLLM without
+// --enable-prompt-tokens-details) is not passed: its reuse is unknown, not 0 %, so the
+// ratio below covers the hits that reported it.
 //
 // The achieved reuse of a tier is cachedPromptTokens / promptTokens summed over its hits:
 // how much of the prefix that affinity was meant to keep warm the backend really served

@@ -75,7 +75,7 @@ func (p *leasePolicy) release(now time.Duration) {
 	for len(p.open) > 0 && p.open[0].end <= now {
 		o := heap.Pop(&p.open).(openLease)
 		p.clock.Set(traceEpoch.Add(o.end))
-		o.lease.Done(affinity.DoneInfo{PromptTokens: o.prompt, CachedPromptTokens: o.cached})
+		o.lease.Done(affinity.DoneInfo{PromptTokens: o.prompt, CachedPromptTokens: o.cached, CacheReported: true})
 		p.free = append(p.free, o.lease)
 	}
 }

@@ -25,7 +25,7 @@
 //	agentserve.affinity.broken          Int64Counter {binding}  attributes: tier, reason (down | unhealthy | not_candidate | overloaded)
 //	agentserve.affinity.evictions       Int64Counter {binding}  attributes: tier
 //	agentserve.affinity.parent_placed   Int64Counter {request}  attributes: tier (first turns placed on the parent's backend; also misses)
-//	agentserve.affinity.prompt_tokens        Int64Counter {token} attributes: tier (hits that reported usage)
+//	agentserve.affinity.prompt_tokens        Int64Counter {token} attributes: tier (hits that reported usage with cached tokens)
 //	agentserve.affinity.cached_prompt_tokens Int64Counter {token} attributes: tier (of those, served from the prefix cache)
 //	agentserve.affinity.store_errors    Int64Counter {call}     attributes: op (claim | rebind | refresh | forget | watch | other)
 //	agentserve.affinity.bindings        Int64ObservableGauge {binding}, no attributes

@@ -25,7 +25,8 @@ const (
 	MetricBindings     = "agentserve.affinity.bindings"      // Int64ObservableGauge, no attributes
 	// MetricPromptTokens and MetricCachedPromptTokens count the prompt tokens of affinity
 	// hits and how many of them the backend served from its prefix cache
-	// ([metrics.UsageRecorder]); their ratio is the tier's achieved reuse.
+	// ([metrics.UsageRecorder]: only hits whose backend reported its cached tokens); their
+	// ratio is the tier's achieved reuse.
 	MetricPromptTokens       = "agentserve.affinity.prompt_tokens"        // Int64Counter {tier}
 	MetricCachedPromptTokens = "agentserve.affinity.cached_prompt_tokens" // Int64Counter {tier}
 	// MetricStoreErrors counts failed calls to a shared binding store, each of which made
@@ -187,7 +188,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 	r.broken = counter(MetricBroken, "{binding}", "Bindings still within their TTL that could not be honoured, by tier and reason (down, unhealthy, not_candidate).")
 	r.evictions = counter(MetricEvictions, "{binding}", "Bindings evicted at the capacity limit (least recently used), by tier.")
 	r.parent = counter(MetricParentPlaced, "{request}", "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier.")
-	r.prompt = counter(MetricPromptTokens, "{token}", "Prompt tokens of affinity hits whose backend reported usage, by tier.")
+	r.prompt = counter(MetricPromptTokens, "{token}", "Prompt tokens of affinity hits whose backend reported usage with cached tokens, by tier.")
 	r.cached = counter(MetricCachedPromptTokens, "{token}", "Prompt tokens of affinity hits the backend served from its prefix cache, by tier.")
 	r.storeErrors = counter(MetricStoreErrors, "{call}", "Failed calls to the shared binding store (each decided from the local table instead), by op.")
 	r.ops = storeOps()

@@ -26,7 +26,7 @@
 //	agentserve_affinity_misses_total{tier}           counter
 //	agentserve_affinity_broken_total{tier,reason}    counter, reason: down | unhealthy | not_candidate | overloaded
 //	agentserve_affinity_evictions_total{tier}        counter
-//	agentserve_affinity_prompt_tokens_total{tier}    counter (metrics.UsageRecorder: prompt tokens of affinity hits)
+//	agentserve_affinity_prompt_tokens_total{tier}    counter (metrics.UsageRecorder: prompt tokens of affinity hits that reported cached tokens)
 //	agentserve_affinity_cached_prompt_tokens_total{tier} counter (of those, served from the prefix cache)
 //	agentserve_affinity_parent_placed_total{tier}    counter (first turns placed on the parent session's backend; also misses)
 //	agentserve_affinity_bindings                     gauge (reads the ObserveBindings func at scrape time; 0 until set)

@@ -19,7 +19,8 @@ const (
 	MetricBindings  = "agentserve_affinity_bindings"        // gauge, no labels
 	// MetricPromptTokens and MetricCachedPromptTokens count the prompt tokens of affinity
 	// hits and how many of them the backend served from its prefix cache, as reported to
-	// a load-aware lease's Done (metrics.UsageRecorder). Achieved reuse in Grafana:
+	// a lease's Done (metrics.UsageRecorder: only hits whose backend reported its cached
+	// tokens). Achieved reuse in Grafana:
 	// rate(cached_prompt_tokens) / rate(prompt_tokens).
 	MetricPromptTokens       = "agentserve_affinity_prompt_tokens_total"        // counter {tier}
 	MetricCachedPromptTokens = "agentserve_affinity_cached_prompt_tokens_total" // counter {tier}
@@ -178,7 +179,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 			Help: "Bindings evicted at the capacity limit (least recently used), by tier."},
 			[]string{LabelTier}),
 		prompt: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricPromptTokens,
-			Help: "Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens), by tier."},
+			Help: "Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens; hits that reported cached tokens), by tier."},
 			[]string{LabelTier}),
 		cached: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricCachedPromptTokens,
 			Help: "Prompt tokens of affinity hits served from the backend's prefix cache (usage.prompt_tokens_details.cached_tokens), by tier."},

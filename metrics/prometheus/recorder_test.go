@@ -87,7 +87,7 @@ agentserve_affinity_broken_total{reason="unhealthy",tier="other"} 0
 agentserve_affinity_evictions_total{tier="default"} 0
 agentserve_affinity_evictions_total{tier="gpu-a100"} 1
 agentserve_affinity_evictions_total{tier="other"} 0
-# HELP agentserve_affinity_prompt_tokens_total Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens), by tier.
+# HELP agentserve_affinity_prompt_tokens_total Prompt tokens of affinity hits as reported by the backend (usage.prompt_tokens; hits that reported cached tokens), by tier.
 # TYPE agentserve_affinity_prompt_tokens_total counter
 agentserve_affinity_prompt_tokens_total{tier="default"} 100
 agentserve_affinity_prompt_tokens_total{tier="gpu-a100"} 1500
