@@ -39,8 +39,8 @@ type entry struct {
 	bprev, bnext uint32 // list of the backend (shard.bk[slot])
 	slot         uint32 // the backend's number (Table.reg): index into shard.bk and shard.slots
 	class        uint8  // TTL class (index into Table.ttls)
-	lflags       uint8  // load-awareness state of the binding (see lease.go); 0 on insert
-	lprompt      uint16 // last reported prompt tokens, in units of 64 (see lease.go)
+	lflags       uint8  // load-awareness state of the binding (see usage.go); 0 on insert
+	lprompt      uint16 // last reported prompt tokens, in units of 64 (see usage.go)
 }
 
 type lruList struct{ head, tail uint32 }
