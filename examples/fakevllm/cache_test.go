@@ -137,3 +137,36 @@ func TestCacheSaltExactName(t *testing.T) {
 		})
 	}
 }
+
+// With NoPromptTokensDetails the usage object, JSON and streamed, carries
+// "prompt_tokens_details": null (vLLM without --enable-prompt-tokens-details); the cache
+// works as before: its hits still show in /metrics.
+func TestNoPromptTokensDetails(t *testing.T) {
+	for _, tc := range []struct {
+		omit bool
+		want string
+	}{
+		{false, `"prompt_tokens_details":{"cached_tokens":68}`},
+		{true, `"prompt_tokens_details":null`},
+	} {
+		t.Run(fmt.Sprint(tc.omit), func(t *testing.T) {
+			_, ts := start(t, fakevllm.Config{BlockTokens: 4, NoPromptTokensDetails: tc.omit}, noSleep)
+			m := msgs("system", strings.Repeat("a", 200), "user", "hi")
+			chat(t, ts.URL, map[string]any{"messages": m, "max_tokens": 1}) // warm the cache
+			for _, body := range []map[string]any{
+				{"messages": m, "max_tokens": 1},
+				{"messages": m, "max_tokens": 1, "stream": true, "stream_options": map[string]any{"include_usage": true}},
+			} {
+				resp, raw := post(t, t.Context(), ts.URL, body)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				assert.Contains(t, string(raw), tc.want, "stream %v", body["stream"])
+			}
+			resp, err := http.Get(ts.URL + "/metrics")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			text, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Contains(t, string(text), `vllm:prefix_cache_hits_total{backend="fakevllm",model_name="fake-model"} 136`)
+		})
+	}
+}

@@ -30,10 +30,10 @@ type streamOptions struct {
 }
 
 type usage struct {
-	PromptTokens        int                 `json:"prompt_tokens"`
-	CompletionTokens    int                 `json:"completion_tokens"`
-	TotalTokens         int                 `json:"total_tokens"`
-	PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"` // nil: null (Config.NoPromptTokensDetails)
 }
 
 type promptTokensDetails struct {
@@ -121,7 +121,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			Message:      chatMessage{Role: "assistant", Content: completionText(j.outTokens)},
 			FinishReason: j.finish,
 		}},
-		Usage:             j.usage(),
+		Usage:             s.usage(j),
 		SystemFingerprint: "fakevllm-simulator",
 	})
 	s.completed.Add(1)
@@ -240,13 +240,18 @@ func (s *Server) prefill(ctx context.Context, j *job) error {
 	return nil
 }
 
-func (j *job) usage() usage {
-	return usage{
-		PromptTokens:        j.promptTokens,
-		CompletionTokens:    j.outTokens,
-		TotalTokens:         j.promptTokens + j.outTokens,
-		PromptTokensDetails: promptTokensDetails{CachedTokens: j.cachedTokens},
+// usage is the usage object of j's response: prompt_tokens_details is null with
+// Config.NoPromptTokensDetails.
+func (s *Server) usage(j *job) usage {
+	u := usage{
+		PromptTokens:     j.promptTokens,
+		CompletionTokens: j.outTokens,
+		TotalTokens:      j.promptTokens + j.outTokens,
 	}
+	if !s.cfg.NoPromptTokensDetails {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: j.cachedTokens}
+	}
+	return u
 }
 
 // scale returns n * per * TimeScale, saturating at the largest Duration.

@@ -60,6 +60,11 @@ type Config struct {
 	// DefaultMaxTokens is the number of output tokens when a request sets neither
 	// max_tokens nor max_completion_tokens. Default 64; at most MaxOutputTokens.
 	DefaultMaxTokens int `yaml:"default_max_tokens" json:"default_max_tokens"`
+	// NoPromptTokensDetails sends usage.prompt_tokens_details as null, as vLLM does unless
+	// started with --enable-prompt-tokens-details (off by default): the client then learns
+	// no cached_tokens. The prefix cache and its timing are unchanged. Default false (the
+	// details with cached_tokens are sent).
+	NoPromptTokensDetails bool `yaml:"no_prompt_tokens_details" json:"no_prompt_tokens_details"`
 }
 
 // Validate reports the first invalid field as an error wrapping [ErrInvalidConfig]. Zero

@@ -18,7 +18,9 @@
 //     chunk, one chunk per output token, a chunk with finish_reason, a usage chunk (empty
 //     choices) when stream_options.include_usage is true, then "data: [DONE]\n\n".
 //     usage has prompt_tokens, completion_tokens, total_tokens and
-//     prompt_tokens_details.cached_tokens (like vLLM with prefix caching on).
+//     prompt_tokens_details.cached_tokens (like vLLM with prefix caching on and
+//     --enable-prompt-tokens-details); with Config.NoPromptTokensDetails
+//     prompt_tokens_details is null (vLLM's default, that flag off).
 //   - GET /v1/models: the configured model.
 //   - GET /health: 200 with an empty body; 503 after [Server.SetHealthy](false).
 //   - GET /metrics: Prometheus text from the Server's own registry:

@@ -78,7 +78,7 @@ func (s *Server) streamDecode(ctx context.Context, w http.ResponseWriter, j *job
 		return
 	}
 	if includeUsage {
-		u := j.usage()
+		u := s.usage(j)
 		if err := send(chunkChoice{}, &u); err != nil {
 			s.cancelled.Add(1)
 			return

@@ -60,6 +60,8 @@ func startCluster(p Params, cond Condition) (*cluster, error) {
 			DecodePerToken:  decodePerToken,
 			MaxConcurrent:   maxConcurrent,
 			TimeScale:       p.TimeScale,
+
+			NoPromptTokensDetails: p.NoPromptTokensDetails,
 		}, opts...)
 		if err != nil {
 			c.stop()

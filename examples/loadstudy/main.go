@@ -65,6 +65,7 @@ func run(args []string) error {
 	cold := fs.Float64("skew-cold-cache-ratio", p.SkewLoad.ColdCacheRatio, "skewed scenario, load-aware: load.cold_cache_ratio (0 = library default 0.05)")
 	drain := fs.Float64("skew-drain-tokens-per-second", p.SkewLoad.DrainTokensPerSecond, "skewed scenario, load-aware: load.drain_tokens_per_second (0 = lease-sum view)")
 	guard := fs.Float64("skew-retention-guard-factor", p.SkewLoad.RetentionGuardFactor, "skewed scenario, load-aware: load.retention_guard_factor (0 = off; needs a drain rate)")
+	fs.BoolVar(&p.NoPromptTokensDetails, "no-prompt-tokens-details", false, "backends send usage.prompt_tokens_details as null (vLLM's default without --enable-prompt-tokens-details)")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -35,6 +35,12 @@ type Params struct {
 	SkewConcurrency int
 	SkewLoad        affinity.LoadConfig
 
+	// NoPromptTokensDetails makes the backends send usage.prompt_tokens_details as null
+	// (fakevllm.Config.NoPromptTokensDetails: vLLM's default, without
+	// --enable-prompt-tokens-details), so the gateway learns no cached tokens; the
+	// cached_tokens note of the table is then left out.
+	NoPromptTokensDetails bool
+
 	// Progress receives the progress bar; nil shows none.
 	Progress io.Writer
 	// Sleep, when set, replaces the simulators' sleep (tests inject a no-op).

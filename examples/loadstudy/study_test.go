@@ -53,6 +53,24 @@ func TestStudySmall(t *testing.T) {
 	assert.Contains(t, out, "| affinity OFF (9 single-turn sessions) | 9 | 0.0 % |")
 }
 
+// With -no-prompt-tokens-details the backends report no cached tokens: the study runs as
+// before (hits and the backends' own cache counters unchanged) and the table says so
+// instead of comparing misses with cached_tokens.
+func TestStudyNoPromptTokensDetails(t *testing.T) {
+	p := smallParams()
+	p.NoPromptTokensDetails = true
+	results, err := Run(context.Background(), p)
+	require.NoError(t, err)
+	on := results[0]
+	assert.Equal(t, 2.0/3.0, on.HitRate())
+	assert.Equal(t, 9, on.ColdByCache, "no turn reported its cached tokens")
+	assert.Greater(t, on.CacheHitRate(), 0.5, "the backends' prefix caches still hit")
+	var buf bytes.Buffer
+	require.NoError(t, WriteTable(&buf, p, results))
+	assert.Contains(t, buf.String(), "the gateway learned no cached tokens")
+	assert.NotContains(t, buf.String(), "Note:")
+}
+
 func TestParamsValidation(t *testing.T) {
 	for _, mutate := range []func(*Params){
 		func(p *Params) { p.Backends = 0 },

@@ -42,6 +42,10 @@ func WriteTable(w io.Writer, p Params, results []Result) error {
 			return err
 		}
 	}
+	if p.NoPromptTokensDetails {
+		_, err = fmt.Fprintln(w, "Backends sent no prompt_tokens_details (-no-prompt-tokens-details, vLLM's default): the gateway learned no cached tokens.")
+		return err
+	}
 	for _, r := range results {
 		if r.ColdByCache != len(r.Cold) {
 			_, err = fmt.Fprintf(w, "Note: %s: %d turns were affinity misses but %d had cached_tokens below the system prompt size.\n",

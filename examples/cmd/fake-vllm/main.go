@@ -94,6 +94,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", fakevllm.DefaultMaxConcurrent, "running sequences (>= 1); the rest wait FIFO")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", fakevllm.DefaultTimeScale, "multiplies every simulated duration, e.g. 0.01 (finite, > 0)")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", fakevllm.DefaultMaxTokens, "output tokens when a request sets no max_tokens (> 0)")
+	fs.BoolVar(&cfg.NoPromptTokensDetails, "no-prompt-tokens-details", false, "send usage.prompt_tokens_details as null, like vLLM without --enable-prompt-tokens-details (its default)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "grace period for in-flight requests on SIGINT/SIGTERM (>= 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
