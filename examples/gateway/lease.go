@@ -13,9 +13,13 @@ import (
 // cancel, a backend error — with the usage the backend reported: the "usage" object of a
 // JSON response (found in its last 4 KiB when the body streams through unread), or of the
 // last SSE chunk that carries one (vLLM sends it when the client asks for
-// stream_options.include_usage). A retry on another backend releases the failed
-// attempt's lease (with the attempt's error) and leases the backend it goes to, so the
-// load and the usage are booked where the request is served (retryTarget, passive.go).
+// stream_options.include_usage). Its cached count is passed as reported
+// (affinity.DoneInfo.CacheReported) only when usage.prompt_tokens_details.cached_tokens is
+// there: vLLM sends it only with --enable-prompt-tokens-details, and an absent or null
+// count is unknown to the Scheduler, not a lost cache. A retry on another backend
+// releases the failed attempt's lease (with the attempt's error) and leases the backend
+// it goes to, so the load and the usage are booked where the request is served
+// (retryTarget, passive.go).
 // Requests without a session ID, and other requests with one (unbind), are hashed
 // without a binding (route.choose) and leased
 // by affinity.Scheduler.LeaseBackend on the backend they are hashed to: their load
@@ -152,6 +156,6 @@ func (st *route) release(u usage, err error) {
 	st.mu.Lock()
 	l := st.lease
 	st.mu.Unlock()
-	l.Done(affinity.DoneInfo{PromptTokens: u.PromptTokens, CachedPromptTokens: u.PromptTokensDetails.CachedTokens,
-		CompletionTokens: u.CompletionTokens, Err: err})
+	l.Done(affinity.DoneInfo{PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedTokens,
+		CacheReported: u.CachedReported, CompletionTokens: u.CompletionTokens, Err: err})
 }

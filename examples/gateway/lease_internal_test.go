@@ -37,7 +37,7 @@ func FuzzSSEUsage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, chunk int) {
 		chunk = 1 + (chunk&0xffff)%64
 		got := readSSE(t, data, chunk)
-		if bytes.Equal(data, []byte(sseStream)) && (got.PromptTokens != 1200 || got.PromptTokensDetails.CachedTokens != 1024) {
+		if bytes.Equal(data, []byte(sseStream)) && (got.PromptTokens != 1200 || got.CachedTokens != 1024 || !got.CachedReported) {
 			t.Fatalf("chunk %d: usage %+v", chunk, got)
 		}
 	})
@@ -46,7 +46,7 @@ func FuzzSSEUsage(f *testing.F) {
 func TestSSEUsageEverySplit(t *testing.T) {
 	for chunk := 1; chunk <= len(sseStream); chunk++ {
 		got := readSSE(t, []byte(sseStream), chunk)
-		if got.PromptTokens != 1200 || got.CompletionTokens != 8 || got.PromptTokensDetails.CachedTokens != 1024 {
+		if got.PromptTokens != 1200 || got.CompletionTokens != 8 || got.CachedTokens != 1024 || !got.CachedReported {
 			t.Fatalf("chunk %d: usage %+v", chunk, got)
 		}
 	}
@@ -83,7 +83,7 @@ func TestJSONTailUsage(t *testing.T) {
 		got := usageInTail(b.tail)
 		n := len(b.tail)
 		b.mu.Unlock()
-		if got.PromptTokens != 900 || got.PromptTokensDetails.CachedTokens != 768 || got.CompletionTokens != 5 {
+		if got.PromptTokens != 900 || got.CachedTokens != 768 || !got.CachedReported || got.CompletionTokens != 5 {
 			t.Fatalf("chunk %d: usage %+v", chunk, got)
 		}
 		if n > 2*maxJSONTail {
@@ -95,36 +95,69 @@ func TestJSONTailUsage(t *testing.T) {
 	}
 }
 
-// usageOf scans for the usage object without decoding, and agrees with decoding it into
-// usage with encoding/json: malformed counts give the zero usage. One difference: a
-// negative count (no server sends one) is malformed to the scan.
+// usageOf scans for the usage object without decoding, and agrees with decoding it with
+// encoding/json (refUsage): malformed counts give the zero usage, and the cached count is
+// reported exactly when prompt_tokens_details.cached_tokens is a number — absent details,
+// null details, an empty details object and a null count are not reported (vLLM without
+// --enable-prompt-tokens-details), a 0 is. One difference: a negative count (no server
+// sends one) is malformed to the scan. usageInTail, the path of a JSON body that streams
+// through, decodes the same way.
 func TestUsageOf(t *testing.T) {
 	for _, tc := range []struct {
 		body string
 		want usage
+		// tailDiffers: usageInTail, which looks for the last "usage" key in a tail it
+		// cannot parse from the start, reads a nested or unterminated one too.
+		tailDiffers bool
 	}{
-		{`{"usage":{"prompt_tokens":812,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":800}}}`,
-			usage{PromptTokens: 812, CompletionTokens: 4, PromptTokensDetails: struct {
-				CachedTokens int64 `json:"cached_tokens"`
-			}{800}}},
-		{` {"id":"x","usage" : { "completion_tokens" : 7 , "prompt_tokens":null} }`, usage{CompletionTokens: 7}},
-		{`{"usage":{"prompt_tokens":1,"prompt_tokens_details":null}}`, usage{PromptTokens: 1}},
-		{`{"choices":[{"usage":{"prompt_tokens":5}}]}`, usage{}}, // not top-level
-		{`{"usage":null}`, usage{}},
-		{`{"usage":{"prompt_tokens":1.5}}`, usage{}},
-		{`{"usage":{"prompt_tokens":-1}}`, usage{}}, // encoding/json: -1
-		{`{"usage":{"prompt_tokens":"12"}}`, usage{}},
-		{`{"usage":{"prompt_tokens":12}`, usage{}}, // invalid JSON
-		{`[1,2]`, usage{}},
-		{``, usage{}},
+		{body: `{"usage":{"prompt_tokens":812,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":800}}}`,
+			want: usage{PromptTokens: 812, CompletionTokens: 4, CachedTokens: 800, CachedReported: true}},
+		{body: `{"usage":{"prompt_tokens":812,"prompt_tokens_details":{"cached_tokens":0}}}`,
+			want: usage{PromptTokens: 812, CachedReported: true}},
+		{body: `{"usage":{"prompt_tokens":812,"completion_tokens":4}}`, want: usage{PromptTokens: 812, CompletionTokens: 4}},
+		{body: `{"usage":{"prompt_tokens":812,"prompt_tokens_details":null}}`, want: usage{PromptTokens: 812}},
+		{body: `{"usage":{"prompt_tokens":812,"prompt_tokens_details":{}}}`, want: usage{PromptTokens: 812}},
+		{body: `{"usage":{"prompt_tokens":812,"prompt_tokens_details":{"cached_tokens":null}}}`, want: usage{PromptTokens: 812}},
+		{body: `{"usage":{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens":812}}`,
+			want: usage{PromptTokens: 812, CachedTokens: 5, CachedReported: true}},
+		{body: `{"usage":{"prompt_tokens":812,"prompt_tokens_details":{"cached_tokens":"5"}}}`, want: usage{}},
+		{body: ` {"id":"x","usage" : { "completion_tokens" : 7 , "prompt_tokens":null} }`, want: usage{CompletionTokens: 7}},
+		{body: `{"choices":[{"usage":{"prompt_tokens":5}}]}`, want: usage{}, tailDiffers: true}, // not top-level
+		{body: `{"usage":null}`, want: usage{}},
+		{body: `{"usage":{"prompt_tokens":1.5}}`, want: usage{}},
+		{body: `{"usage":{"prompt_tokens":-1}}`, want: usage{}}, // encoding/json: -1
+		{body: `{"usage":{"prompt_tokens":"12"}}`, want: usage{}},
+		{body: `{"usage":{"prompt_tokens":12}`, want: usage{}, tailDiffers: true}, // invalid JSON
+		{body: `[1,2]`, want: usage{}},
+		{body: ``, want: usage{}},
 	} {
 		got := usageOf([]byte(tc.body))
 		if got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.body, got, tc.want)
 		}
-		var v struct{ Usage *usage }
-		if err := json.Unmarshal([]byte(tc.body), &v); err == nil && v.Usage != nil && *v.Usage != got && !strings.Contains(tc.body, "-") {
-			t.Errorf("%s: encoding/json decodes %+v, scan %+v", tc.body, *v.Usage, got)
+		if tail := usageInTail([]byte(tc.body)); tail != got && !tc.tailDiffers {
+			t.Errorf("%s: usageInTail %+v, usageOf %+v", tc.body, tail, got)
+		}
+		var v struct{ Usage *refUsage }
+		if err := json.Unmarshal([]byte(tc.body), &v); err == nil && v.Usage != nil && v.Usage.usage() != got && !strings.Contains(tc.body, "-") {
+			t.Errorf("%s: encoding/json decodes %+v, scan %+v", tc.body, v.Usage.usage(), got)
 		}
 	}
+}
+
+// refUsage is the usage object as encoding/json decodes it, with pointers for presence.
+type refUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens *int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (r *refUsage) usage() usage {
+	u := usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
+	if d := r.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+		u.CachedTokens, u.CachedReported = *d.CachedTokens, true
+	}
+	return u
 }

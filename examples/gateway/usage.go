@@ -8,13 +8,18 @@ import (
 	"sync"
 )
 
-// usage is the OpenAI-compatible usage object (vLLM, SGLang, TGI's OpenAI API).
+// usage is the OpenAI-compatible usage object (vLLM, SGLang, TGI's OpenAI API), as far as
+// the lease needs it: token counts (0 when absent or null) and whether the cached count
+// was there.
 type usage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens     int64 // prompt_tokens
+	CompletionTokens int64 // completion_tokens
+	CachedTokens     int64 // prompt_tokens_details.cached_tokens
+	// CachedReported: prompt_tokens_details.cached_tokens was present, a number (so
+	// CachedTokens 0 means nothing came from the prefix cache). vLLM sends the details
+	// only with --enable-prompt-tokens-details (off by default: absent or null then), and
+	// an absent or null count is unknown, not 0 (affinity.DoneInfo.CacheReported).
+	CachedReported bool
 }
 
 // usageOf returns the "usage" member of a JSON object (zero if absent or malformed).
@@ -29,16 +34,21 @@ func usageOf(data []byte) usage {
 
 // usageValue decodes v, the raw value of a valid JSON object's "usage" member (nil:
 // absent): zero if it is absent, not an object, or a count in it is not a non-negative
-// integer (what decoding it into usage with encoding/json would reject). No decoding,
-// 0 allocs.
+// integer (what decoding it into int64 fields with encoding/json would reject, negative
+// counts aside). prompt_tokens_details that is absent, null or not an object, and a
+// cached_tokens in it that is absent or null, leave the cached count unreported. No
+// decoding, 0 allocs.
 func usageValue(v []byte) usage {
 	if len(v) == 0 || v[0] != '{' {
 		return usage{}
 	}
 	var u usage
-	ok := tokenCount(v, 0, "prompt_tokens", &u.PromptTokens) && tokenCount(v, 0, "completion_tokens", &u.CompletionTokens)
+	_, ok := tokenCount(v, 0, "prompt_tokens", &u.PromptTokens)
+	if _, ok2 := tokenCount(v, 0, "completion_tokens", &u.CompletionTokens); !ok2 {
+		ok = false
+	}
 	if d, found := member(v, 0, "prompt_tokens_details"); ok && found && len(d) > 0 && d[0] == '{' {
-		ok = tokenCount(d, 0, "cached_tokens", &u.PromptTokensDetails.CachedTokens)
+		u.CachedReported, ok = tokenCount(d, 0, "cached_tokens", &u.CachedTokens)
 	}
 	if !ok {
 		return usage{}
@@ -46,25 +56,26 @@ func usageValue(v []byte) usage {
 	return u
 }
 
-// tokenCount stores the integer member key of the object at obj[open] in *dst (absent or
-// null: left zero) and reports false when it is something else.
-func tokenCount(obj []byte, open int, key string, dst *int64) bool {
+// tokenCount stores the integer member key of the object at obj[open] in *dst and reports
+// whether it was present (absent or null: false, *dst left zero); ok is false when it is
+// something else than a non-negative integer.
+func tokenCount(obj []byte, open int, key string, dst *int64) (present, ok bool) {
 	v, found := member(obj, open, key)
 	if !found || string(v) == "null" {
-		return true
+		return false, true
 	}
 	if len(v) == 0 || len(v) > 18 {
-		return false
+		return false, false
 	}
 	var n int64
 	for _, c := range v {
 		if c < '0' || c > '9' {
-			return false
+			return false, false
 		}
 		n = n*10 + int64(c-'0')
 	}
 	*dst = n
-	return true
+	return true, true
 }
 
 // maxSSELine bounds the partial SSE line kept between reads; longer lines are skipped.
@@ -155,7 +166,8 @@ func (b *leaseBody) keepTail(p []byte) {
 	b.tail = append(b.tail, p...)
 }
 
-// usageInTail decodes the object after the last "usage" key in the tail of a JSON body.
+// usageInTail decodes the object after the last "usage" key in the tail of a JSON body,
+// as usageValue does (the value is checked to be valid JSON first).
 func usageInTail(tail []byte) usage {
 	i := bytes.LastIndex(tail, []byte(`"usage"`))
 	if i < 0 {
@@ -166,11 +178,11 @@ func usageInTail(tail []byte) usage {
 	if !ok {
 		return usage{}
 	}
-	var u usage
-	if json.NewDecoder(bytes.NewReader(rest)).Decode(&u) != nil {
+	var raw json.RawMessage
+	if json.NewDecoder(bytes.NewReader(rest)).Decode(&raw) != nil {
 		return usage{}
 	}
-	return u
+	return usageValue(bytes.TrimSpace(raw))
 }
 
 func (b *leaseBody) finish() {
