@@ -85,6 +85,7 @@ func TestUnreportedCachedTokensDoNotMoveSessions(t *testing.T) {
 						}
 					}
 				}
+				t.Logf("moves per session: %v", spills)
 				for s := range sessions {
 					sid := fmt.Sprintf("sess-%d", s)
 					assert.LessOrEqual(t, spills[sid], len(ids)-1, "%s: %d moves in %d busy turns (at most n-1: no ping-pong)", sid, spills[sid], turns-1)
