@@ -110,3 +110,34 @@ func TestClientWriteBound(t *testing.T) {
 		})
 	}
 }
+
+// A 103 Early Hints that a backend sends later than client_write_seconds after the
+// request started reaches a client that reads, followed by the answer: net/http writes
+// an interim response at once, so the gateway renews the write deadline for it too
+// (before: written under the request's first deadline, already past, and the client got
+// an empty reply).
+func TestClientWriteBoundLateInterim(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
+		t.Run(client, func(t *testing.T) {
+			url := requestServer(t, func(c net.Conn, _ *http.Request) {
+				<-time.After(2 * bound) // the backend's pace
+				_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"+
+					"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}")
+			})
+			srv := serveGateway(t, client, url, fmt.Sprintf("timeouts: {client_write_seconds: %v}\n", bound.Seconds()))
+			c, err := net.Dial("tcp", srv.Listener.Addr().String())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Session-ID: s1\r\n"+
+				"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(chatBody), chatBody)
+			require.NoError(t, err)
+			all, err := io.ReadAll(c)
+			require.NoError(t, err)
+			assert.Contains(t, string(all), " 103 Early Hints\r\n")
+			assert.Contains(t, string(all), " 200 OK\r\n")
+			assert.Contains(t, string(all), `"ok":true`)
+		})
+	}
+}

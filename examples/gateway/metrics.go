@@ -183,6 +183,9 @@ func (w *outcomeWriter) WriteHeader(code int) {
 	if w.code == 0 && code >= 200 {
 		w.code = code
 	}
+	if code < 200 { // net/http writes an interim response at once
+		w.wbound.renew()
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 

@@ -46,7 +46,8 @@ type TimeoutsConfig struct {
 	// are released, the request counts as code_class client_closed and an Info line
 	// "client stopped reading" is logged. It does not bound a whole response: a stream
 	// that keeps being read may last as long as the backend sends. Not applied to a
-	// connection upgraded by a 101 (a tunnel). Changes on reload.
+	// connection upgraded by a 101 (a tunnel). A reload's value applies to the requests
+	// that start after it (a response being written keeps its request's bound).
 	ClientWriteSeconds float64 `yaml:"client_write_seconds"`
 }
 
