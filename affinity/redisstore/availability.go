@@ -50,8 +50,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.dial)
 	defer cancel()
+	since := s.begin()
 	err := s.client.Ping(ctx).Err()
-	s.observe("ping", err)
+	s.observe("ping", err, since)
 	if keys := rejection(err); keys != "" {
 		return fmt.Errorf("%w: %w: %s (%s): %w", ErrInvalidConfig, ErrRejected, keys, s.cfg.Address, err)
 	}
@@ -62,7 +63,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // fails after calls succeeded ("redisstore: Redis unavailable", with the op and the
 // error), one INFO when a call succeeds again after failures ("redisstore: Redis
 // available again: bindings are shared", with the op); never one line per failed call.
-// Safe for concurrent use (the transitions are decided atomically). The first outcome
+// Safe for concurrent use (the transitions are decided atomically; only a call that
+// started after the last change can make the next one, so calls in flight when Redis
+// fails or comes back do not make the log flap). The first outcome
 // after [New] is not logged: check Redis with [Store.Ping] at startup and report that
 // result. A call cancelled by its caller or by Close is no outcome.
 // nil: nothing is logged.
@@ -77,10 +80,16 @@ const (
 	availDown
 )
 
+// begin returns the availability epoch a call to Redis starts in, for observe.
+func (s *Store) begin() uint64 { return s.epoch.Load() }
+
 // observe records the outcome of one call to Redis (op: a metrics.StoreOp constant or
-// "ping") and logs a change of availability. Cancellations are ignored; a deadline is
-// a failure (a hung Redis).
-func (s *Store) observe(op string, err error) {
+// "ping") that started in epoch since (begin), and logs a change of availability. Only
+// a call that started after the last change can make the next one: calls already in
+// flight when Redis was seen failing (or answering again) say nothing about what came
+// after, and a burst of them finishing either way must not make the log flap.
+// Cancellations are ignored; a deadline is a failure (a hung Redis). Lock-free.
+func (s *Store) observe(op string, err error, since uint64) {
 	if err != nil && errors.Is(err, context.Canceled) {
 		return
 	}
@@ -88,8 +97,20 @@ func (s *Store) observe(op string, err error) {
 	if err != nil {
 		next = availDown
 	}
-	prev := s.avail.Swap(next)
-	if prev == next || prev == availUnknown || s.log == nil {
+	var prev int32
+	for {
+		if since != s.epoch.Load() {
+			return
+		}
+		if prev = s.avail.Load(); prev == next {
+			return
+		}
+		if s.avail.CompareAndSwap(prev, next) {
+			s.epoch.Add(1)
+			break
+		}
+	}
+	if prev == availUnknown || s.log == nil {
 		return
 	}
 	if next == availDown {

@@ -114,6 +114,7 @@ func (s *Store) Flush(ctx context.Context) error {
 func (s *Store) sendRefreshes(parent context.Context, batch []refreshReq) {
 	ctx, cancel := context.WithTimeout(parent, s.cfg.dial)
 	defer cancel()
+	since := s.begin()
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, r := range batch {
@@ -133,11 +134,11 @@ func (s *Store) sendRefreshes(parent context.Context, batch []refreshReq) {
 	if err != nil {
 		if parent.Err() == nil { // not a shutdown: count it, our own deadline included
 			s.fail(metrics.StoreOpRefresh)
-			s.observe(metrics.StoreOpRefresh, err)
+			s.observe(metrics.StoreOpRefresh, err, since)
 		}
 		return
 	}
-	s.observe(metrics.StoreOpRefresh, nil)
+	s.observe(metrics.StoreOpRefresh, nil, since)
 	for i, c := range cmds {
 		v, err := c.Text()
 		if err != nil {

@@ -88,8 +88,9 @@ type Store struct {
 	channel string
 	self    string // this store's ID in Sync markers
 	rec     metrics.StoreRecorder
-	log     *slog.Logger // nil: no availability log
-	avail   atomic.Int32 // availUnknown, availUp, availDown
+	log     *slog.Logger  // nil: no availability log
+	avail   atomic.Int32  // availUnknown, availUp, availDown
+	epoch   atomic.Uint64 // changes of avail so far (availability.go: observe)
 
 	mu      sync.Mutex
 	watch   func(affinity.StoreKey, string) // nil until Watch
@@ -245,8 +246,9 @@ func (s *Store) Claim(ctx context.Context, key affinity.StoreKey, backendID stri
 	if s.closed.Load() {
 		return "", false, ErrClosed
 	}
+	since := s.begin()
 	v, err := claimScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, px(ttl)).Result()
-	s.observe(metrics.StoreOpClaim, err)
+	s.observe(metrics.StoreOpClaim, err, since)
 	return pair(v, err)
 }
 
@@ -255,8 +257,9 @@ func (s *Store) Rebind(ctx context.Context, key affinity.StoreKey, old, backendI
 	if s.closed.Load() {
 		return "", false, ErrClosed
 	}
+	since := s.begin()
 	v, err := rebindScript.Run(ctx, s.client, []string{s.Key(key)}, old, backendID, px(ttl), s.channel, message(key, backendID)).Result()
-	s.observe(metrics.StoreOpRebind, err)
+	s.observe(metrics.StoreOpRebind, err, since)
 	return pair(v, err)
 }
 
@@ -265,8 +268,9 @@ func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	since := s.begin()
 	err := forgetScript.Run(ctx, s.client, []string{s.Key(key)}, s.channel, message(key, "")).Err()
-	s.observe(metrics.StoreOpForget, err)
+	s.observe(metrics.StoreOpForget, err, since)
 	return err
 }
 
@@ -276,8 +280,9 @@ func (s *Store) ForgetIf(ctx context.Context, key affinity.StoreKey, backendID s
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
+	since := s.begin()
 	n, err := forgetIfScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, s.channel, message(key, "")).Int()
-	s.observe(metrics.StoreOpForget, err)
+	s.observe(metrics.StoreOpForget, err, since)
 	return n == 1, err
 }
 

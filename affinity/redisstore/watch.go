@@ -36,13 +36,14 @@ func (s *Store) notify(key affinity.StoreKey, backend string) {
 func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 	defer s.done.Done()
 	for {
+		since := s.begin()
 		m, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.fail(metrics.StoreOpWatch)
-			s.observe(metrics.StoreOpWatch, err)
+			s.observe(metrics.StoreOpWatch, err, since)
 			select { // go-redis reconnects on the next receive; do not spin meanwhile
 			case <-ctx.Done():
 				return
@@ -53,7 +54,7 @@ func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 		msg, ok := m.(*redis.Message)
 		if !ok {
 			if _, sub := m.(*redis.Subscription); sub { // (re)subscribed: Redis answers
-				s.observe(metrics.StoreOpWatch, nil)
+				s.observe(metrics.StoreOpWatch, nil, since)
 			}
 			continue // also a Pong
 		}
