@@ -56,7 +56,7 @@
 //
 // # Configuration keys honoured
 //
-// The picker reads the gateway's YAML. It honours backends (id, url, weight, tier),
+// The picker reads the gateway's YAML. It honours backends (id, url, weight, tier, drain),
 // session_headers, parent_session_headers, require_session, tiers, tenant, health,
 // affinity (with load and store), metrics, max_body_bytes, and of limits and timeouts:
 //

@@ -195,9 +195,12 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 	x.decision, x.endpoint = d, x.s.endpoint[d.BackendID]
 	x.leased = true
 	x.s.inflight.Add(1)
-	if d.AffinityHit {
+	switch {
+	case !d.Bound: // no session, or hashed by it without a binding: neither hit nor miss
+		x.s.requests.WithLabelValues("unbound").Inc()
+	case d.AffinityHit:
 		x.s.requests.WithLabelValues("hit").Inc()
-	} else {
+	default:
 		x.s.requests.WithLabelValues("miss").Inc()
 	}
 	meta := destinationMetadata(x.endpoint)

@@ -95,7 +95,9 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
 // New builds a Server on g (whose Config supplies the backends, headers, tiers and
 // max_body_bytes) and registers its metrics on g.Registry():
-// agentserve_extproc_requests_total{result} (hit, miss, rejected, unavailable),
+// agentserve_extproc_requests_total{result} (hit, miss, unbound: no session, or hashed
+// by it without a binding, neither hit nor miss as in the HTTP gateway; rejected,
+// unavailable),
 // agentserve_extproc_inflight_requests and agentserve_extproc_served_elsewhere_total. Each backend's endpoint is the host:port of
 // its URL (port 80/443 by scheme when absent). Errors: [ErrEndpointHost] when a
 // backend's URL host is not an IP address (names are refused, not resolved: a name
@@ -121,7 +123,7 @@ func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
 		s.endpoint[b.ID] = hostPort(u)
 	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentserve_extproc_requests_total",
-		Help: "Requests the endpoint picker answered, by result (hit, miss, rejected, unavailable)."}, []string{"result"})
+		Help: "Requests the endpoint picker answered, by result (hit, miss, unbound, rejected, unavailable)."}, []string{"result"})
 	s.inflightGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentserve_extproc_inflight_requests",
 		Help: "Requests with a picked endpoint whose response stream has not ended."},
 		func() float64 { return float64(s.inflight.Load()) })
@@ -132,7 +134,7 @@ func New(g *gateway.Gateway, opts ...Option) (*Server, error) {
 			return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 		}
 	}
-	for _, r := range []string{"hit", "miss", "rejected", "unavailable"} {
+	for _, r := range []string{"hit", "miss", "unbound", "rejected", "unavailable"} {
 		s.requests.WithLabelValues(r)
 	}
 	return s, nil

@@ -136,6 +136,11 @@ func TestHeadersOnlyRequest(t *testing.T) {
 	send(t, st, respHeaders(true)) // a bodiless response ends the exchange
 	recv(t, st)
 	assert.Equal(t, 0, e.srv.InFlight())
+	// Hashed by its session without a binding: neither hit nor miss, as in the HTTP
+	// gateway (before: counted as a miss).
+	m := scrape(t, e.g)
+	assert.Contains(t, m, `agentserve_extproc_requests_total{result="unbound"} 1`)
+	assert.Contains(t, m, `agentserve_extproc_requests_total{result="miss"} 0`)
 }
 
 // Rejections are ImmediateResponses with the gateway's JSON error body; the stream ends.

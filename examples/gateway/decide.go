@@ -17,6 +17,10 @@ type Decision struct {
 	BackendID   string   // the chosen backend's id
 	URL         *url.URL // its base URL (shared: do not modify)
 	AffinityHit bool     // true when the session's binding was reused
+	// Bound is true when the decision went through the session's binding (a generation
+	// call with a session), so the Scheduler counted it as a hit or a miss; false for a
+	// request without a session, or one hashed by its session without a binding.
+	Bound bool
 	Tier        string   // the request's tier ("" is the default tier)
 	// Body is the request body to forward: the input, or a copy with vLLM's cache_salt
 	// set when tenant.cache_salt applies.
@@ -110,8 +114,8 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		status, code := classify(err)
 		return Decision{}, &RequestError{status, code, err}
 	}
-	return Decision{BackendID: b.id, URL: b.url, AffinityHit: hit, Tier: tier, Body: body,
-		Done: func() { st.release(usage{}, nil) }}, nil
+	return Decision{BackendID: b.id, URL: b.url, AffinityHit: hit, Bound: session != "" && generationCall(r), Tier: tier,
+		Body: body, Done: func() { st.release(usage{}, nil) }}, nil
 }
 
 // subset returns the tier's candidates for which allow is true.

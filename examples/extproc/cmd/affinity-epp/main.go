@@ -4,7 +4,7 @@
 //
 //	go run -C examples/extproc ./cmd/affinity-epp   # -config ../configs/gateway.yaml
 //
-// It reads the example gateway's YAML (backends, session and parent headers, tiers,
+// It reads the example gateway's YAML (backends with their drain, session and parent headers, tiers,
 // tenant, health, affinity, metrics, max_body_bytes, limits.max_inflight_bytes,
 // limits.max_inflight_requests, limits.max_header_bytes, timeouts.read_body_seconds;
 // the package documentation lists what is ignored), serves ext_proc and gRPC health on -grpc and
