@@ -13,7 +13,8 @@ type DoneInfo struct {
 	PromptTokens int64
 	// CachedPromptTokens is usage.prompt_tokens_details.cached_tokens: the prompt tokens
 	// the backend served from its prefix cache. A value > 0 is a report by itself; 0 is
-	// one only with CacheReported; a negative value is never one (no count).
+	// one only with CacheReported; a negative value is never one (no count). A count
+	// above PromptTokens is taken as PromptTokens.
 	CachedPromptTokens int64
 	// CacheReported says the backend reported its cached prompt tokens (the usage object
 	// had prompt_tokens_details.cached_tokens), so a CachedPromptTokens of 0 means the
