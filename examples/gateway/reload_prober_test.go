@@ -34,18 +34,7 @@ func TestReloadProberKeepsDownBackendsDown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var healthy atomic.Bool
-			flaky := func() string {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.URL.Path == "/health" && !healthy.Load() {
-						w.WriteHeader(http.StatusServiceUnavailable)
-						return
-					}
-					w.Header().Set("Content-Type", "application/json")
-					_, _ = w.Write([]byte(`{}`))
-				}))
-				t.Cleanup(srv.Close)
-				return srv.URL
-			}
+			flaky := func() string { return flakyBackend(t, &healthy) }
 			urls := append(jsonBackends(t, 1), flaky())
 			ids := []string{"b0", "b1"}
 			logger, logs := captureLogs()
@@ -92,18 +81,7 @@ func TestReloadAddedBackWhileDown(t *testing.T) {
 	for _, sameURL := range []bool{true, false} {
 		t.Run(map[bool]string{true: "same url", false: "other url"}[sameURL], func(t *testing.T) {
 			var healthy atomic.Bool
-			flaky := func() string {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.URL.Path == "/health" && !healthy.Load() {
-						w.WriteHeader(http.StatusServiceUnavailable)
-						return
-					}
-					w.Header().Set("Content-Type", "application/json")
-					_, _ = w.Write([]byte(`{}`))
-				}))
-				t.Cleanup(srv.Close)
-				return srv.URL
-			}
+			flaky := func() string { return flakyBackend(t, &healthy) }
 			const hc = "health: {enabled: true, failure_threshold: 1, success_threshold: 2}\n"
 			urls := append(jsonBackends(t, 1), flaky())
 			ids := []string{"b0", "b1"}
@@ -137,4 +115,20 @@ func TestReloadAddedBackWhileDown(t *testing.T) {
 			assert.Equal(t, health.Healthy, state(), "back after success_threshold")
 		})
 	}
+}
+
+// flakyBackend is a JSON backend whose /health answers 503 until healthy is set; it
+// returns its URL and is closed at the test's end.
+func flakyBackend(t *testing.T, healthy *atomic.Bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
