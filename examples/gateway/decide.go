@@ -21,7 +21,7 @@ type Decision struct {
 	// call with a session), so the Scheduler counted it as a hit or a miss; false for a
 	// request without a session, or one hashed by its session without a binding.
 	Bound bool
-	Tier        string   // the request's tier ("" is the default tier)
+	Tier  string // the request's tier ("" is the default tier)
 	// Body is the request body to forward: the input, or a copy with vLLM's cache_salt
 	// set when tenant.cache_salt applies.
 	Body []byte
