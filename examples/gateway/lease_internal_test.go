@@ -65,7 +65,7 @@ func readSSE(t *testing.T, data []byte, chunk int) usage {
 	if len(b.last) == 0 {
 		return usage{}
 	}
-	return usageOf(b.last)
+	return b.usage()
 }
 
 // A JSON body that streams through unread (inject_metadata off, or too large to rewrite)
@@ -80,7 +80,7 @@ func TestJSONTailUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.mu.Lock()
-		got := usageInTail(b.tail)
+		got := usageInTail(b.tail, apiChat)
 		n := len(b.tail)
 		b.mu.Unlock()
 		if got.PromptTokens != 900 || got.CachedTokens != 768 || !got.CachedReported || got.CompletionTokens != 5 {
@@ -90,7 +90,7 @@ func TestJSONTailUsage(t *testing.T) {
 			t.Fatalf("chunk %d: kept %d bytes", chunk, n)
 		}
 	}
-	if u := usageInTail([]byte(`{"no":"usage here"}`)); u != (usage{}) {
+	if u := usageInTail([]byte(`{"no":"usage here"}`), apiChat); u != (usage{}) {
 		t.Fatalf("no usage: got %+v", u)
 	}
 }
@@ -131,11 +131,11 @@ func TestUsageOf(t *testing.T) {
 		{body: `[1,2]`, want: usage{}},
 		{body: ``, want: usage{}},
 	} {
-		got := usageOf([]byte(tc.body))
+		got := usageOf([]byte(tc.body), apiChat)
 		if got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.body, got, tc.want)
 		}
-		if tail := usageInTail([]byte(tc.body)); tail != got && !tc.tailDiffers {
+		if tail := usageInTail([]byte(tc.body), apiChat); tail != got && !tc.tailDiffers {
 			t.Errorf("%s: usageInTail %+v, usageOf %+v", tc.body, tail, got)
 		}
 		var v struct{ Usage *refUsage }

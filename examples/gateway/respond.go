@@ -111,7 +111,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	out := pool.Get()[:0]
 	var u usage
 	if top, obj, _ := scanJSON(data); obj { // one pass: validity, usage, an existing key
-		u = usageValue(top.usage)
+		u = usageValue(top.usage, st.usageAPI()) // top-level in every API's JSON body
 		if !top.meta && !trailers {
 			out = appendInjected(out, data, top.open, b.id, hit, st.tier)
 		}

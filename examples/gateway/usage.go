@@ -8,74 +8,19 @@ import (
 	"sync"
 )
 
-// usage is the OpenAI-compatible usage object (vLLM, SGLang, TGI's OpenAI API), as far as
-// the lease needs it: token counts (0 when absent or null) and whether the cached count
+// usage is what the lease needs of a response's usage object (usage_api.go maps each
+// API's object to it): token counts (0 when absent or null) and whether the cached count
 // was there.
 type usage struct {
-	PromptTokens     int64 // prompt_tokens
-	CompletionTokens int64 // completion_tokens
-	CachedTokens     int64 // prompt_tokens_details.cached_tokens
-	// CachedReported: prompt_tokens_details.cached_tokens was present, a number (so
-	// CachedTokens 0 means nothing came from the prefix cache). vLLM sends the details
-	// only with --enable-prompt-tokens-details (off by default: absent or null then), and
-	// an absent or null count is unknown, not 0 (affinity.DoneInfo.CacheReported).
+	PromptTokens     int64 // the whole prompt, cached tokens included
+	CompletionTokens int64 // generated tokens
+	CachedTokens     int64 // prompt tokens served from the prefix cache
+	// CachedReported: the cached count was present, a number (so CachedTokens 0 means
+	// nothing came from the prefix cache). vLLM sends prompt_tokens_details on
+	// chat/completions only with --enable-prompt-tokens-details (off by default: absent
+	// or null then), and an absent or null count is unknown, not 0
+	// (affinity.DoneInfo.CacheReported).
 	CachedReported bool
-}
-
-// usageOf returns the "usage" member of a JSON object (zero if absent or malformed).
-// Cost: one pass (scanJSON) and a scan of the usage object's keys, 0 allocs.
-func usageOf(data []byte) usage {
-	top, obj, _ := scanJSON(data)
-	if !obj {
-		return usage{}
-	}
-	return usageValue(top.usage)
-}
-
-// usageValue decodes v, the raw value of a valid JSON object's "usage" member (nil:
-// absent): zero if it is absent, not an object, or a count in it is not a non-negative
-// integer (what decoding it into int64 fields with encoding/json would reject, negative
-// counts aside). prompt_tokens_details that is absent, null or not an object, and a
-// cached_tokens in it that is absent or null, leave the cached count unreported. No
-// decoding, 0 allocs.
-func usageValue(v []byte) usage {
-	if len(v) == 0 || v[0] != '{' {
-		return usage{}
-	}
-	var u usage
-	_, ok := tokenCount(v, 0, "prompt_tokens", &u.PromptTokens)
-	if _, ok2 := tokenCount(v, 0, "completion_tokens", &u.CompletionTokens); !ok2 {
-		ok = false
-	}
-	if d, found := member(v, 0, "prompt_tokens_details"); ok && found && len(d) > 0 && d[0] == '{' {
-		u.CachedReported, ok = tokenCount(d, 0, "cached_tokens", &u.CachedTokens)
-	}
-	if !ok {
-		return usage{}
-	}
-	return u
-}
-
-// tokenCount stores the integer member key of the object at obj[open] in *dst and reports
-// whether it was present (absent or null: false, *dst left zero); ok is false when it is
-// something else than a non-negative integer.
-func tokenCount(obj []byte, open int, key string, dst *int64) (present, ok bool) {
-	v, found := member(obj, open, key)
-	if !found || string(v) == "null" {
-		return false, true
-	}
-	if len(v) == 0 || len(v) > 18 {
-		return false, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return false, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	*dst = n
-	return true, true
 }
 
 // maxSSELine bounds the partial SSE line kept between reads; longer lines are skipped.
@@ -83,20 +28,24 @@ const maxSSELine = 1 << 20
 
 // leaseBody wraps a response body: it releases the lease when closed (or at EOF) with the
 // usage found — in the JSON body given at construction, or in the last SSE "data:" line
-// that carries a usage object.
+// that carries a usage object (for the Anthropic Messages API, that line's usage over
+// the first one's: message_delta's over message_start's), read in api's shape.
 type leaseBody struct {
 	io.ReadCloser
 	st   *route
 	sse  bool
+	api  usageAPI
 	once sync.Once
 
-	mu   sync.Mutex
-	line []byte // partial SSE line
-	last []byte // last data line with "usage"
-	u    usage  // usage of a JSON body the gateway read whole
-	json bool   // a JSON body streamed through: keep its tail
-	tail []byte // the last up to 2 x maxJSONTail bytes of it
-	err  error  // first read error other than EOF
+	mu    sync.Mutex
+	line  []byte // partial SSE line
+	last  []byte // last data line with "usage"
+	first []byte // apiMessages: the first data line with "usage" (message_start)
+	seen  bool   // apiMessages: first is set
+	u     usage  // usage of a JSON body the gateway read whole
+	json  bool   // a JSON body streamed through: keep its tail
+	tail  []byte // the last up to 2 x maxJSONTail bytes of it
+	err   error  // first read error other than EOF
 }
 
 // maxJSONTail is how much of the end of a streamed-through JSON body is kept to find its
@@ -143,6 +92,9 @@ func (b *leaseBody) scan(p []byte) {
 		}
 		line = bytes.TrimRight(line, "\r")
 		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok && bytes.Contains(d, []byte(`"usage"`)) {
+			if b.api == apiMessages && !b.seen {
+				b.first, b.seen = append(b.first[:0], bytes.TrimSpace(d)...), true
+			}
 			b.last = append(b.last[:0], bytes.TrimSpace(d)...)
 		}
 		b.line = b.line[:0]
@@ -167,8 +119,8 @@ func (b *leaseBody) keepTail(p []byte) {
 }
 
 // usageInTail decodes the object after the last "usage" key in the tail of a JSON body,
-// as usageValue does (the value is checked to be valid JSON first).
-func usageInTail(tail []byte) usage {
+// as usageValue does in api's shape (the value is checked to be valid JSON first).
+func usageInTail(tail []byte, api usageAPI) usage {
 	i := bytes.LastIndex(tail, []byte(`"usage"`))
 	if i < 0 {
 		return usage{}
@@ -182,22 +134,30 @@ func usageInTail(tail []byte) usage {
 	if json.NewDecoder(bytes.NewReader(rest)).Decode(&raw) != nil {
 		return usage{}
 	}
-	return usageValue(bytes.TrimSpace(raw))
+	return usageValue(bytes.TrimSpace(raw), api)
 }
 
 func (b *leaseBody) finish() {
 	b.once.Do(func() {
 		b.mu.Lock()
-		u, err := b.u, b.err
-		if b.sse && len(b.last) > 0 {
-			u = usageOf(b.last)
-		}
-		if b.json && len(b.tail) > 0 {
-			u = usageInTail(b.tail)
-		}
+		u, err := b.usage(), b.err
 		b.mu.Unlock()
 		b.st.release(u, err)
 	})
+}
+
+// usage returns the usage found so far (b.mu held): of the SSE events, of the tail of a
+// JSON body streamed through, or of the JSON body read whole.
+func (b *leaseBody) usage() usage {
+	switch {
+	case b.sse && b.api == apiMessages && len(b.last) > 0:
+		return messagesStreamUsage(b.first, b.last)
+	case b.sse && len(b.last) > 0:
+		return usageOf(b.last, b.api)
+	case b.json && len(b.tail) > 0:
+		return usageInTail(b.tail, b.api)
+	}
+	return b.u
 }
 
 // Close closes the backend body and releases the lease.
@@ -212,7 +172,7 @@ func (b *leaseBody) Close() error {
 func wrapLease(st *route, resp *http.Response, u *usage) {
 	mt, _ := mediaType(resp.Header.Get("Content-Type"))
 	b := &st.lb // one per request: modifyResponse runs once
-	b.ReadCloser, b.st, b.sse = resp.Body, st, mt == "text/event-stream"
+	b.ReadCloser, b.st, b.sse, b.api = resp.Body, st, mt == "text/event-stream", st.usageAPI()
 	if u != nil {
 		b.u = *u
 	} else if mt == "application/json" {
