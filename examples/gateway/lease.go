@@ -13,9 +13,11 @@ import (
 // cancel, a backend error — with the usage the backend reported: the "usage" object of a
 // JSON response (found in its last 4 KiB when the body streams through unread), or of the
 // last SSE chunk that carries one (vLLM sends it when the client asks for
-// stream_options.include_usage). Its cached count is passed as reported
-// (affinity.DoneInfo.CacheReported) only when usage.prompt_tokens_details.cached_tokens is
-// there: vLLM sends it only with --enable-prompt-tokens-details, and an absent or null
+// stream_options.include_usage), read in the shape of the endpoint (usage_api.go:
+// chat/completions and completions, the Responses API, the Anthropic Messages API). Its
+// cached count is passed as reported (affinity.DoneInfo.CacheReported) only when it is
+// there (usage.prompt_tokens_details.cached_tokens on chat/completions): vLLM sends it
+// only with --enable-prompt-tokens-details, and an absent or null
 // count is unknown to the Scheduler, not a lost cache. A retry on another backend
 // releases the failed attempt's lease (with the attempt's error) and leases the backend
 // it goes to, so the load and the usage are booked where the request is served
