@@ -46,3 +46,23 @@ func TestDuplicateModelKeysLastWins(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, rec.Code)
 	assert.Contains(t, rec.Body.String(), `\"model\" must be a string, got 5`)
 }
+
+// The body of an OpenAI- or Anthropic-compatible generation endpoint is JSON whatever
+// Content-Type the client sent (curl -d sends application/x-www-form-urlencoded): its
+// "model" picks the tier on /v1/messages as on the OpenAI paths (before: /v1/messages
+// was not read, and the request went to the default tier).
+func TestJSONEndpointsWhateverContentType(t *testing.T) {
+	g, _ := testGateway(t, "model_tiers: {big: large}\n")
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/"} {
+		t.Run(path, func(t *testing.T) {
+			rec := do(t, g, path, `{"model":"big"}`, map[string]string{
+				"X-Session-ID": "ct", "Content-Type": "application/x-www-form-urlencoded"})
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var resp struct {
+				Meta gateway.Metadata `json:"x_agent_serve"`
+			}
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+			assert.Equal(t, "large", resp.Meta.Tier)
+		})
+	}
+}

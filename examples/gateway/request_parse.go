@@ -116,12 +116,12 @@ func bodyStatus(err error) (int, string) {
 	return http.StatusBadRequest, "invalid_json"
 }
 
-// isJSONEndpoint reports whether path is one of the OpenAI-compatible POST endpoints
+// isJSONEndpoint reports whether path is one of the OpenAI- or Anthropic-compatible POST endpoints
 // whose body is JSON whatever Content-Type the client sent (curl -d sends
 // application/x-www-form-urlencoded). A trailing slash is ignored, as in isSaltEndpoint.
 func isJSONEndpoint(path string) bool {
 	path = strings.TrimSuffix(path, "/")
-	for _, e := range [...]string{"/chat/completions", "/completions", "/embeddings", "/responses"} {
+	for _, e := range [...]string{"/chat/completions", "/completions", "/embeddings", "/responses", "/messages"} {
 		if strings.HasSuffix(path, e) {
 			return true
 		}
