@@ -214,6 +214,14 @@ func tokenCount(obj []byte, open int, key string, dst *int64) (present, ok bool)
 		}
 		n = n*10 + int64(c-'0')
 	}
+	if n > maxTokenCount {
+		return false, false
+	}
 	*dst = n
 	return true, true
 }
+
+// maxTokenCount is the largest token count a usage object may carry (2^32, far beyond
+// any context window); a larger one is malformed, so that a broken or hostile backend
+// cannot push the token totals toward overflow (the Messages prompt adds three counts).
+const maxTokenCount = 1 << 32

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -88,6 +90,12 @@ func TestUsageValueMessages(t *testing.T) {
 		{body: `{"usage":{"input_tokens":24,"cache_read_input_tokens":"1000"}}`, want: usage{}},
 		{body: `{"usage":{"input_tokens":-24}}`, want: usage{}},
 		{body: `{"usage":[]}`, want: usage{}},
+		// A count over 2^32 is no real count: malformed (a hostile backend's 1e18 pushed
+		// the totals toward overflow).
+		{body: `{"usage":{"input_tokens":999999999999999999,"cache_read_input_tokens":999999999999999999}}`, want: usage{}},
+		{body: `{"usage":{"input_tokens":4294967296,"cache_read_input_tokens":0}}`,
+			want: usage{PromptTokens: 1 << 32, CachedReported: true}},
+		{body: `{"usage":{"input_tokens":4294967297}}`, want: usage{}},
 		// The chat names mean nothing here.
 		{body: `{"usage":{"prompt_tokens":1000,"prompt_tokens_details":{"cached_tokens":768}}}`, want: usage{}},
 		// Streaming: message_start nests it under "message"; message_delta has it on top.
@@ -101,8 +109,10 @@ func TestUsageValueMessages(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", tc.body, got, tc.want)
 		}
 		var v struct{ Usage *refMessages }
-		// A negative count (no server sends one) is malformed to the scan, as for chat.
-		if err := json.Unmarshal([]byte(tc.body), &v); err == nil && v.Usage != nil && v.Usage.usage() != got && !strings.Contains(tc.body, "-") {
+		// A negative count (no server sends one) is malformed to the scan, as for chat,
+		// and so is one over maxTokenCount.
+		if err := json.Unmarshal([]byte(tc.body), &v); err == nil && v.Usage != nil && v.Usage.usage() != got &&
+			!strings.Contains(tc.body, "-") && !overMaxCount(tc.body) {
 			t.Errorf("%s: encoding/json decodes %+v, scan %+v", tc.body, v.Usage.usage(), got)
 		}
 	}
@@ -287,4 +297,14 @@ func TestUsageOfAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocs", tc.name, n)
 		}
 	}
+}
+
+// overMaxCount reports whether body holds a number above maxTokenCount.
+func overMaxCount(body string) bool {
+	for _, f := range regexp.MustCompile(`[0-9]+`).FindAllString(body, -1) {
+		if n, err := strconv.ParseUint(f, 10, 64); err != nil || n > maxTokenCount {
+			return true
+		}
+	}
+	return false
 }
