@@ -89,7 +89,8 @@
 //     beyond the cached prefix. Per backend it is
 //     kept in atomics; nothing is kept per session beyond the binding (which holds the
 //     last reported prompt size and a lost-cache flag). Decodes are not counted: a warm
-//     hit costs 1 token (docs/load-aware.md, "What the load counts").
+//     hit costs 1 token (docs/load-aware.md, "What the load counts"), unless rule 14e's
+//     floor is set.
 //     14a. Drain model (opt-in: load.drain_tokens_per_second > 0). Each backend's charged
 //     work drains with time: a lease adds perRequest + charge x perToken of engine time
 //     to the backend's horizon, which starts from max(horizon, now) (a work-conserving
@@ -127,6 +128,18 @@
 //     weight), not to 0. Below the retention the prefix is expected cached in full.
 //     Everything the drain model keeps is per backend (a few atomics and a mutex taken
 //     by Done); it is deterministic for a given sequence of calls and clock readings.
+//     14e. Request floor (opt-in: load.min_request_cost m > 0). A backend with n open
+//     leases has a load of at least n x m prompt tokens before the reported requests are
+//     added: max(the charges of rule 14, or the undrained work of rule 14a, n x m) +
+//     queued_request_cost x the requests reported beyond the leases. A request in flight
+//     holds a running slot (or a place in the queue) however much of its prompt was
+//     cached, so with the floor a backend queueing many cached decodes no longer looks
+//     idle. It is a maximum, not an addition: the drain model's per-request time and the
+//     leases' charges are not counted twice, and the reported requests beyond the leases
+//     exclude the leases. The charges themselves ([Scheduler.Load], what Done releases
+//     and the drain model learns from) and the request being placed (it counts its
+//     cost in the bound of rule 15) are unchanged; every reader of the load (rules
+//     15-18, [Scheduler.LoadView]) sees the floor.
 //  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy; each
 //     ID once) of total load L, a backend is under its bound when it is idle (load 0) or
 //     when load + cost <= balance_factor x (L + cost) / n — x w / W instead of / n when

@@ -306,8 +306,8 @@ func (s *Scheduler) Drain(backendID string) DrainModel {
 
 // LoadView returns backendID's load as the placement rules see it at the Scheduler's
 // current clock reading, in prompt tokens (package documentation, "Load awareness", rules
-// 14 and 14a): the open leases' charges (with the drain model on, at most the work not
-// yet drained) plus queued_request_cost per request reported beyond the leases open at
+// 14, 14a and 14e): the open leases' charges (with the drain model on, at most the work not
+// yet drained), at least min_request_cost per open lease, plus queued_request_cost per request reported beyond the leases open at
 // the report (ReportLoad), saturating at MaxLoadView. 0 with load awareness off or for a
 // backend never seen. One clock read, lock-free, 0 allocs. Safe for concurrent use.
 func (s *Scheduler) LoadView(backendID string) int64 {

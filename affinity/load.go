@@ -65,15 +65,23 @@ func (b *backendLoad) counts() (requests, cost int64) {
 }
 
 // view returns the backend's load in prompt tokens as the placement rules see it at now:
-// the cost leased here (with the drain model on, at most the work not yet drained) plus
-// queuedCost for each reported request that was beyond the leases open here when it was
-// reported, at most MaxLoadView.
+// the cost leased here (with the drain model on, at most the work not yet drained), at
+// least min_request_cost per lease open here, plus queuedCost for each reported request
+// that was beyond the leases open here when it was reported, at most MaxLoadView.
 func (b *backendLoad) view(p *loadParams, now int64) int64 {
 	n, l := b.counts()
 	if p.drainRate > 0 && n > 0 {
 		l = b.remaining(p, now, n, l)
 	}
-	return b.withReported(p, l)
+	// The floor (rule 14e): n < 2^24 leases x at most 2^24 tokens fits an int64; 0 when off.
+	return b.withReported(p, max(l, n*p.minCost))
+}
+
+// sumView is view without the drain model (the lease-sum view, rules 14 and 14e), for
+// the placement loops that handle the drain model apart. Small enough to inline.
+func (b *backendLoad) sumView(p *loadParams) int64 {
+	n, l := b.counts()
+	return b.withReported(p, max(l, n*p.minCost))
 }
 
 // withReported is view's last step: l (the cost of the leases open here) plus the
@@ -182,7 +190,7 @@ func (t *loadTable) add(id string, h uint64) *backendLoad {
 // LoadSnapshot is one backend's outstanding load as [Scheduler.Load] sees it.
 type LoadSnapshot struct {
 	Requests int64   // leases acquired and not yet Done
-	Cost     int64   // their cost in prompt tokens (each at least 1)
+	Cost     int64   // their charges in prompt tokens (each at least 1; without load.min_request_cost's floor)
 	Reported int64   // Waiting + Running of the last ReportLoad (0 if none)
 	KVCache  float64 // KV-cache usage of the last ReportLoad
 }

@@ -83,6 +83,18 @@ type LoadConfig struct {
 	// DefaultQueuedRequestCost (1024); must lie in [0, MaxQueuedRequestCost] (2^24). The
 	// resulting load saturates at MaxLoadView, however many requests are reported.
 	QueuedRequestCost int64 `yaml:"queued_request_cost,omitempty" json:"queued_request_cost,omitempty"`
+	// MinRequestCost is a floor, in prompt tokens, on what the leases open on a backend
+	// weigh in its load view: the view counts at least MinRequestCost x the open leases
+	// (package documentation, "Load awareness", rule 14e), so requests in flight weigh
+	// like queued work even when their prefix is cached (a fully cached hit is charged 1
+	// token however long it decodes). The floor is taken after the drain model (an open
+	// lease still holds a running slot when its prefill has drained) and is a maximum,
+	// not a sum: it adds nothing to a backend whose charges already exceed it, and
+	// requests reported beyond the leases (ReportLoad) keep queued_request_cost each. It
+	// acts on every reader of the view: bounded-load placement, the spill guard's waits
+	// and [Scheduler.LoadView]; lease charges ([Scheduler.Load], Lease cost) are
+	// unchanged. 0 (the default) is off; must lie in [0, MaxLeaseCost] (2^24).
+	MinRequestCost int64 `yaml:"min_request_cost,omitempty" json:"min_request_cost,omitempty"`
 	// ColdCacheRatio: a binding whose last hit reported cached / prompt tokens at or below
 	// this ratio has lost its prefix on the backend (evicted there), so moving it costs
 	// nothing: the spill guard uses reprefill 0 for it, and on a busy backend it is placed
@@ -135,6 +147,7 @@ type loadParams struct {
 	spill       bool
 	queuedCost  int64
 	maxQueued   int64   // MaxLoadView / queuedCost: more reported requests saturate the view
+	minCost     int64   // min_request_cost; 0 = off
 	coldRatio   float64 // cold_cache_ratio
 	drainRate   float64 // drain_tokens_per_second; 0 = drain model off
 	drainEWMA   float64 // drain_ewma_weight
@@ -172,6 +185,10 @@ func (c LoadConfig) resolve() (loadParams, error) {
 		p.queuedCost = q
 	}
 	p.maxQueued = MaxLoadView / p.queuedCost
+	if m := c.MinRequestCost; m < 0 || m > MaxLeaseCost {
+		return p, fmt.Errorf("%w: load.min_request_cost: %d (want 0 = off, or [1, %d])", ErrInvalidConfig, m, MaxLeaseCost)
+	}
+	p.minCost = c.MinRequestCost
 	switch r := c.ColdCacheRatio; {
 	case !finite(r) || r < 0 || r > 1:
 		return p, fmt.Errorf("%w: load.cold_cache_ratio: %v (want [0, 1])", ErrInvalidConfig, r)
@@ -219,6 +236,8 @@ func (c LoadConfig) setKey() string {
 		return "disable_spill"
 	case c.QueuedRequestCost != 0:
 		return "queued_request_cost"
+	case c.MinRequestCost != 0:
+		return "min_request_cost"
 	case c.ColdCacheRatio != 0:
 		return "cold_cache_ratio"
 	case c.DrainTokensPerSecond != 0:

@@ -98,8 +98,7 @@ func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, k
 		}
 		load, t := int64(-1), uint64(0)
 		if bl := e.bl; bl != nil { // not a later copy of an ID
-			_, l := bl.counts()
-			load = bl.withReported(q, l)
+			load = bl.sumView(q)
 			t = c.mid(kp^b.pre)&c.hi | 1
 			n++
 			total += load
@@ -139,8 +138,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 			if e.bl == nil { // a later copy of an ID
 				continue
 			}
-			_, l := e.bl.counts()
-			load := e.bl.withReported(q, l) // view without the drain model
+			load := e.bl.sumView(q) // view without the drain model
 			loads[i] = load
 			n++
 			total += load
