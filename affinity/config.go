@@ -270,8 +270,10 @@ func (r yamlNumbers) check() error {
 	if err := wholeNumber("max_session_id_bytes", r.MaxSessionIDBytes); err != nil {
 		return err
 	}
-	if err := wholeNumber("load.queued_request_cost", r.Load["queued_request_cost"]); err != nil {
-		return err
+	for _, key := range []string{"queued_request_cost", "min_request_cost"} {
+		if err := wholeNumber("load."+key, r.Load[key]); err != nil {
+			return err
+		}
 	}
 	for _, key := range []string{
 		"balance_factor", "spill_cost_weight", "cold_cache_ratio", "drain_tokens_per_second",

@@ -1,6 +1,7 @@
 package affinity_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -23,6 +24,14 @@ func TestMinRequestCostConfig(t *testing.T) {
 		{"without balance_factor", `{"load": {"min_request_cost": 1024}}`, "load.min_request_cost has no effect without load.balance_factor"},
 	}
 	runConfigCases(t, cases)
+
+	// Through UnmarshalYAML (yaml.v2 and v3 would truncate 0.5 into the int64 field).
+	var cfg affinity.Config
+	err := cfg.UnmarshalYAML(func(v any) error {
+		return json.Unmarshal([]byte(`{"load": {"balance_factor": 1.25, "min_request_cost": 0.5}}`), v)
+	})
+	require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "load.min_request_cost: 0.5 is not a whole number")
 }
 
 // cachedLeases opens n affinity hits on bs[0] whose prefix is cached in full (each is

@@ -110,6 +110,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"load key past int64, digits", "affinity: {load: {balance_factor: 1.25, queued_request_cost: 99999999999999999999}}\n" + minimal, gateway.ErrConfigSyntax, []string{"load.queued_request_cost", "out of range"}},
 		{"load key past uint64 range start", "affinity: {load: {balance_factor: 1.25, queued_request_cost: 9999999999999999999}}\n" + minimal, gateway.ErrConfigSyntax, []string{"load.queued_request_cost", "out of range"}},
 		{"load key past float64", "affinity: {load: {balance_factor: 1e400}}\n" + minimal, gateway.ErrConfigSyntax, []string{"load.balance_factor", "1e400"}},
+		{"negative min_request_cost", "affinity: {load: {balance_factor: 1.25, min_request_cost: -1}}\n" + minimal, gateway.ErrAffinityConfig, []string{"load.min_request_cost: -1"}},
+		{"min_request_cost above 2^24", "affinity: {load: {balance_factor: 1.25, min_request_cost: 16777217}}\n" + minimal, gateway.ErrAffinityConfig, []string{"load.min_request_cost: 16777217"}},
+		{"min_request_cost without balance_factor", "affinity: {load: {min_request_cost: 1024}}\n" + minimal, gateway.ErrAffinityConfig, []string{"load.min_request_cost has no effect without load.balance_factor"}},
+		{"fractional min_request_cost", "affinity: {load: {balance_factor: 1.25, min_request_cost: 0.5}}\n" + minimal, gateway.ErrConfigSyntax, []string{"load.min_request_cost", "0.5"}},
 		{"negative max_body_bytes", "max_body_bytes: -1\n" + minimal, gateway.ErrMaxBodyBytes, []string{"max_body_bytes", "-1"}},
 		{"bad session header", "session_headers: ['X Session']\n" + minimal, gateway.ErrHeaderName, []string{"session_headers[0]", "X Session", "not a valid HTTP header name", "RFC 9110 token"}},
 		{"session header with colon", "session_headers: ['Bad Header:']\n" + minimal, gateway.ErrHeaderName, []string{`session_headers[0]: "Bad Header:"`, "not a valid HTTP header name", "RFC 9110 token"}},
@@ -295,6 +299,17 @@ func TestLoadConfigShippedExample(t *testing.T) {
 	assert.Equal(t, 16000.0, cfg.Affinity.Load.DrainTokensPerSecond, "the shipped config turns the drain model on")
 	assert.Equal(t, 2.5, cfg.Affinity.Load.RetentionGuardFactor)
 	assert.Equal(t, 0.001, cfg.Affinity.Load.ColdCacheRatio)
+	g, err := gateway.New(cfg)
+	require.NoError(t, err)
+	g.Close()
+}
+
+// TestParseConfigMinRequestCost: load.min_request_cost flows from the affinity block to
+// the Scheduler, whose load view then counts each open lease at least that much.
+func TestParseConfigMinRequestCost(t *testing.T) {
+	cfg, err := gateway.ParseConfig([]byte("affinity: {load: {balance_factor: 1.25, min_request_cost: 1024}}\n" + minimal))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1024), cfg.Affinity.Load.MinRequestCost)
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	g.Close()
