@@ -66,6 +66,13 @@ func run(args []string) error {
 	drain := fs.Float64("skew-drain-tokens-per-second", p.SkewLoad.DrainTokensPerSecond, "skewed scenario, load-aware: load.drain_tokens_per_second (0 = lease-sum view)")
 	guard := fs.Float64("skew-retention-guard-factor", p.SkewLoad.RetentionGuardFactor, "skewed scenario, load-aware: load.retention_guard_factor (0 = off; needs a drain rate)")
 	fs.BoolVar(&p.NoPromptTokensDetails, "no-prompt-tokens-details", false, "backends send usage.prompt_tokens_details as null (vLLM's default without --enable-prompt-tokens-details)")
+	cp := DefaultCachedParams()
+	cached := fs.Bool("cached", false, "run the cached-decode scenario instead of the study: streaming sessions whose turns are fully cached, no load block vs the load block vs the load block + load.min_request_cost")
+	fs.IntVar(&cp.Sessions, "cached-sessions", cp.Sessions, "cached scenario: streaming sessions driven at once")
+	fs.IntVar(&cp.Turns, "cached-turns", cp.Turns, "cached scenario: turns per session before a new session replaces it")
+	fs.IntVar(&cp.MaxTokens, "cached-max-tokens", cp.MaxTokens, "cached scenario: output tokens streamed per turn")
+	fs.DurationVar(&cp.Duration, "cached-duration", cp.Duration, "cached scenario: wall-clock time per condition")
+	minCosts := fs.String("cached-min-costs", "256,1024,4096", "cached scenario: load.min_request_cost values, comma-separated")
 	quiet := fs.Bool("quiet", false, "no progress bar (there is none unless stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -81,6 +88,18 @@ func run(args []string) error {
 	p.Progress = progressTo(os.Stderr, *quiet)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *cached {
+		costs, err := parseMinCosts(*minCosts)
+		if err != nil {
+			return err
+		}
+		cp.MinCosts = costs
+		results, err := RunCached(ctx, p, cp)
+		if err != nil {
+			return err
+		}
+		return WriteCachedTable(os.Stdout, p, cp, results)
+	}
 	results, err := Run(ctx, p)
 	if err != nil {
 		return err

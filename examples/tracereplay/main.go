@@ -83,6 +83,7 @@ type options struct {
 	drainEWMA   float64
 	guard       float64
 	sweep       string
+	minCost     int64
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -106,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.drain, "drain-rate", DefaultDrainRate, "load-aware policy: load.drain_tokens_per_second (0: the drain model off)")
 	fs.Float64Var(&o.drainEWMA, "drain-ewma", 0, "load-aware policy: load.drain_ewma_weight (0: the library default)")
 	fs.Float64Var(&o.guard, "retention-guard", DefaultRetentionGuard, "load-aware policy: load.retention_guard_factor (0: off; needs -drain-rate)")
+	fs.Int64Var(&o.minCost, "min-request-cost", 0, "load-aware policy: load.min_request_cost (0: off)")
 	fs.StringVar(&o.sweep, "sweep", "", `also replay the load-aware policy over a grid "FACTORS x WEIGHTS", e.g. "1.1,1.25,1.5,2 x 0,0.5,1,2"`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")
@@ -180,7 +182,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfgP := PolicyConfig{Backends: o.backends, Seed: o.seed, TTL: o.ttl, Global: global,
 		Load: affinity.LoadConfig{BalanceFactor: o.factor, SpillCostWeight: affinity.SpillWeight(o.weight), ColdCacheRatio: o.cold,
 			DrainTokensPerSecond: o.drain, DrainEWMAWeight: o.drainEWMA,
-			RetentionGuardFactor: o.guard}}
+			RetentionGuardFactor: o.guard, MinRequestCost: o.minCost}}
 	if err := cfgP.Load.Validate(); err != nil {
 		return err
 	}
