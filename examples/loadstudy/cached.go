@@ -53,13 +53,14 @@ type CachedResult struct {
 	Outstanding []float64 // mean outstanding requests per backend, largest first
 }
 
-// cachedConditions: no load block, the load block of examples/configs/gateway.yaml, and
-// that block with each min_request_cost.
+// cachedConditions: no load block, the load block of examples/configs/gateway.yaml
+// (-skew-* flags) without min_request_cost, and that block with each min_request_cost.
 func cachedConditions(p Params, cp CachedParams) []Condition {
 	load := p.SkewLoad
+	load.MinRequestCost = 0
 	conds := []Condition{
 		{Name: "no load block (stickiness)"},
-		{Name: "load block (" + loadName(load) + ")", Load: &load},
+		{Name: "load block without min_request_cost (" + loadName(load) + ")", Load: &load},
 	}
 	for _, m := range cp.MinCosts {
 		l := load
@@ -239,10 +240,12 @@ func WriteCachedTable(w io.Writer, p Params, cp CachedParams, results []CachedRe
 			return err
 		}
 	}
+	base := p.SkewLoad
+	base.MinRequestCost = 0
 	_, err := fmt.Fprintf(w, "\nCached-decode scenario: %d fakevllm backends (%d running sequences each, decode %v per output token x%g), "+
 		"%d streaming sessions at once, each %d turns of the same conversation (%d-byte system prompt; turns after the first are fully cached) "+
-		"streaming %d tokens, then a new session. Load block: examples/configs/gateway.yaml's (%s).\n",
-		p.Backends, maxConcurrent, decodePerToken, p.TimeScale, cp.Sessions, cp.Turns, p.PromptBytes, cp.MaxTokens, loadName(p.SkewLoad))
+		"streaming %d tokens, then a new session. Load block: examples/configs/gateway.yaml's (%s), min_request_cost as the row says.\n",
+		p.Backends, maxConcurrent, decodePerToken, p.TimeScale, cp.Sessions, cp.Turns, p.PromptBytes, cp.MaxTokens, loadName(base))
 	return err
 }
 

@@ -65,6 +65,7 @@ func run(args []string) error {
 	cold := fs.Float64("skew-cold-cache-ratio", p.SkewLoad.ColdCacheRatio, "skewed scenario, load-aware: load.cold_cache_ratio (0 = library default 0.05)")
 	drain := fs.Float64("skew-drain-tokens-per-second", p.SkewLoad.DrainTokensPerSecond, "skewed scenario, load-aware: load.drain_tokens_per_second (0 = lease-sum view)")
 	guard := fs.Float64("skew-retention-guard-factor", p.SkewLoad.RetentionGuardFactor, "skewed scenario, load-aware: load.retention_guard_factor (0 = off; needs a drain rate)")
+	minCost := fs.Int64("skew-min-request-cost", p.SkewLoad.MinRequestCost, "skewed and cached scenarios, load-aware: load.min_request_cost (0 = off)")
 	fs.BoolVar(&p.NoPromptTokensDetails, "no-prompt-tokens-details", false, "backends send usage.prompt_tokens_details as null (vLLM's default without --enable-prompt-tokens-details)")
 	cp := DefaultCachedParams()
 	cached := fs.Bool("cached", false, "run the cached-decode scenario instead of the study: streaming sessions whose turns are fully cached, no load block vs the load block vs the load block + load.min_request_cost")
@@ -85,6 +86,7 @@ func run(args []string) error {
 	}
 	p.SkewLoad.BalanceFactor, p.SkewLoad.SpillCostWeight = *factor, weight
 	p.SkewLoad.ColdCacheRatio, p.SkewLoad.DrainTokensPerSecond, p.SkewLoad.RetentionGuardFactor = *cold, *drain, *guard
+	p.SkewLoad.MinRequestCost = *minCost
 	p.Progress = progressTo(os.Stderr, *quiet)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -69,7 +69,7 @@ func DefaultParams() Params {
 // RecommendedLoad is the load block of examples/configs/gateway.yaml (the project's
 // recommended drain-model settings), the skewed scenario's default: balance_factor 1.25,
 // spill_cost_weight 5, cold_cache_ratio 0.001, drain_tokens_per_second 16000,
-// retention_guard_factor 2.5.
+// retention_guard_factor 2.5, min_request_cost 4096.
 func RecommendedLoad() affinity.LoadConfig {
 	return affinity.LoadConfig{
 		BalanceFactor:        1.25,
@@ -77,6 +77,7 @@ func RecommendedLoad() affinity.LoadConfig {
 		ColdCacheRatio:       0.001,
 		DrainTokensPerSecond: 16000,
 		RetentionGuardFactor: 2.5,
+		MinRequestCost:       4096,
 	}
 }
 
@@ -152,10 +153,11 @@ func (p Params) Conditions() []Condition {
 
 // leaseSum returns l without the drain model and the cache-loss keys (cold_cache_ratio,
 // drain_tokens_per_second, drain_ewma_weight, retention_guard_factor): the lease-sum
-// load view the skewed scenario compares with the recommended settings.
+// load view the skewed scenario compares with the recommended settings (min_request_cost
+// kept: it is not a drain-model key).
 func leaseSum(l affinity.LoadConfig) affinity.LoadConfig {
 	return affinity.LoadConfig{BalanceFactor: l.BalanceFactor, SpillCostWeight: l.SpillCostWeight,
-		DisableSpill: l.DisableSpill, QueuedRequestCost: l.QueuedRequestCost}
+		DisableSpill: l.DisableSpill, QueuedRequestCost: l.QueuedRequestCost, MinRequestCost: l.MinRequestCost}
 }
 
 // loadName lists the load keys a condition sets, e.g. "balance_factor 1.25,
@@ -164,6 +166,9 @@ func loadName(l affinity.LoadConfig) string {
 	parts := []string{fmt.Sprintf("balance_factor %g", l.BalanceFactor)}
 	if l.SpillCostWeight != nil {
 		parts = append(parts, fmt.Sprintf("spill_cost_weight %g", *l.SpillCostWeight))
+	}
+	if l.MinRequestCost != 0 {
+		parts = append(parts, fmt.Sprintf("min_request_cost %d", l.MinRequestCost))
 	}
 	for _, kv := range []struct {
 		key string

@@ -11,20 +11,22 @@ import (
 )
 
 // Default load-awareness values of the load-aware policy (the -balance-factor,
-// -spill-cost-weight, -cold-cache-ratio, -drain-rate and -retention-guard flags); the
-// sweep in docs/load-aware.md explains the choice.
+// -spill-cost-weight, -cold-cache-ratio, -drain-rate, -retention-guard and
+// -min-request-cost flags); the sweep in docs/load-aware.md explains the choice.
 const (
 	DefaultBalanceFactor   = 1.25
 	DefaultSpillCostWeight = 5.0
 	DefaultColdCacheRatio  = 0.001
 	DefaultDrainRate       = 16000.0 // tokens/s before the first Done; learned after
 	DefaultRetentionGuard  = 2.5
+	DefaultMinRequestCost  = 4096 // prompt tokens: load.min_request_cost
 )
 
 // RecommendedLoad is the load block the load-aware policy uses by default.
 func RecommendedLoad() affinity.LoadConfig {
 	return affinity.LoadConfig{BalanceFactor: DefaultBalanceFactor, SpillCostWeight: affinity.SpillWeight(DefaultSpillCostWeight),
-		ColdCacheRatio: DefaultColdCacheRatio, DrainTokensPerSecond: DefaultDrainRate, RetentionGuardFactor: DefaultRetentionGuard}
+		ColdCacheRatio: DefaultColdCacheRatio, DrainTokensPerSecond: DefaultDrainRate, RetentionGuardFactor: DefaultRetentionGuard,
+		MinRequestCost: DefaultMinRequestCost}
 }
 
 // servedListener is implemented by policies that need to know when and how a request they

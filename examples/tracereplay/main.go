@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Float64Var(&o.drain, "drain-rate", DefaultDrainRate, "load-aware policy: load.drain_tokens_per_second (0: the drain model off)")
 	fs.Float64Var(&o.drainEWMA, "drain-ewma", 0, "load-aware policy: load.drain_ewma_weight (0: the library default)")
 	fs.Float64Var(&o.guard, "retention-guard", DefaultRetentionGuard, "load-aware policy: load.retention_guard_factor (0: off; needs -drain-rate)")
-	fs.Int64Var(&o.minCost, "min-request-cost", 0, "load-aware policy: load.min_request_cost (0: off)")
+	fs.Int64Var(&o.minCost, "min-request-cost", DefaultMinRequestCost, "load-aware policy: load.min_request_cost (0: off)")
 	fs.StringVar(&o.sweep, "sweep", "", `also replay the load-aware policy over a grid "FACTORS x WEIGHTS", e.g. "1.1,1.25,1.5,2 x 0,0.5,1,2"`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: tracereplay [flags]\n\nReplays a request trace through routing policies over simulated backends.\n\nFlags:")
