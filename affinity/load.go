@@ -78,10 +78,11 @@ func (b *backendLoad) view(p *loadParams, now int64) int64 {
 }
 
 // sumView is view without the drain model (the lease-sum view, rules 14 and 14e), for
-// the placement loops that handle the drain model apart. Small enough to inline.
-func (b *backendLoad) sumView(p *loadParams) int64 {
+// the placement loops that handle the drain model apart; m is p.minCost, which they read
+// once. Small enough to inline.
+func (b *backendLoad) sumView(p *loadParams, m int64) int64 {
 	n, l := b.counts()
-	return b.withReported(p, max(l, n*p.minCost))
+	return b.withReported(p, max(l, n*m))
 }
 
 // withReported is view's last step: l (the cost of the leases open here) plus the

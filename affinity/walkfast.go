@@ -89,7 +89,7 @@ func (s *Scheduler) placeFast(kh uint64, cands []Backend, es []candEntry, units 
 // rank key) and whether its rank key is shared (tie: walkFull decides).
 func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, kp uint64, q *loadParams, c mixer) (n int, total int64, bi int, tie, ok bool) {
 	es, loads, tops = es[:len(cands)], loads[:len(cands)], tops[:len(cands)]
-	w0 := cands[0].wbits
+	w0, m := cands[0].wbits, q.minCost // m read once: the loop's stores may alias *q for the compiler
 	bt, tv := uint64(0), uint64(1)
 	for i := range cands {
 		b, e := &cands[i], &es[i]
@@ -98,7 +98,7 @@ func placeLoads(cands []Backend, es []candEntry, loads []int64, tops []uint64, k
 		}
 		load, t := int64(-1), uint64(0)
 		if bl := e.bl; bl != nil { // not a later copy of an ID
-			load = bl.sumView(q)
+			load = bl.sumView(q, m)
 			t = c.mid(kp^b.pre)&c.hi | 1
 			n++
 			total += load
@@ -129,6 +129,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 	w0 := cands[0].wbits
 	es, loads = es[:len(cands)], loads[:len(cands)]
 	if tops == nil && q.drainRate == 0 && s.health.AllHealthy() { // placing has placeLoads
+		m := q.minCost // read once
 		for i := range cands {
 			b, e := &cands[i], &es[i]
 			if !e.matches(&b.node) || b.wbits != w0 {
@@ -138,7 +139,7 @@ func (s *Scheduler) fastLoads(cands []Backend, es []candEntry, loads []int64, to
 			if e.bl == nil { // a later copy of an ID
 				continue
 			}
-			load := e.bl.sumView(q) // view without the drain model
+			load := e.bl.sumView(q, m) // view without the drain model
 			loads[i] = load
 			n++
 			total += load
