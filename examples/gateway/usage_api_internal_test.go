@@ -214,13 +214,8 @@ func TestSSEUsageEverySplitAPIs(t *testing.T) {
 	for _, tc := range apiStreams {
 		t.Run(tc.name, func(t *testing.T) {
 			for chunk := 1; chunk <= len(tc.stream); chunk++ {
-				b := &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader([]byte(tc.stream)), chunk: chunk}, st: &route{}, sse: true, api: tc.api}
-				if _, err := io.Copy(io.Discard, b); err != nil {
-					t.Fatal(err)
-				}
-				b.mu.Lock()
-				got := b.usage()
-				b.mu.Unlock()
+				got := readUsage(t, &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader([]byte(tc.stream)), chunk: chunk},
+					st: &route{}, sse: true, api: tc.api})
 				if got != tc.want {
 					t.Fatalf("chunk %d: usage %+v, want %+v", chunk, got, tc.want)
 				}
@@ -262,13 +257,8 @@ func TestJSONUsageAPIs(t *testing.T) {
 				t.Fatalf("read whole: %+v, want %+v", got, tc.want)
 			}
 			for _, chunk := range []int{1, 7, 512, len(tc.body)} {
-				b := &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader([]byte(tc.body)), chunk: chunk}, st: &route{}, json: true, api: tc.api}
-				if _, err := io.Copy(io.Discard, b); err != nil {
-					t.Fatal(err)
-				}
-				b.mu.Lock()
-				got := b.usage()
-				b.mu.Unlock()
+				got := readUsage(t, &leaseBody{ReadCloser: &nopBody{r: bytes.NewReader([]byte(tc.body)), chunk: chunk},
+					st: &route{}, json: true, api: tc.api})
 				if got != tc.want {
 					t.Fatalf("tail, chunk %d: %+v, want %+v", chunk, got, tc.want)
 				}
@@ -307,4 +297,15 @@ func overMaxCount(body string) bool {
 		}
 	}
 	return false
+}
+
+// readUsage reads b to its end and returns the usage it found.
+func readUsage(t *testing.T, b *leaseBody) usage {
+	t.Helper()
+	if _, err := io.Copy(io.Discard, b); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.usage()
 }
