@@ -284,16 +284,7 @@ func TestWatchConfigReloadsOnChange(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
 	}
 	write("")
-	cfg, err := gateway.LoadConfig(path)
-	require.NoError(t, err)
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(g.Close)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	ticks := make(chan time.Time)
-	done := make(chan error, 1)
-	go func() { done <- g.WatchConfig(ctx, path, ticks, nil) }()
+	g, ticks := watchGateway(t, path)
 	ticks <- time.Time{} // unchanged: nothing happens
 	assert.Len(t, g.Config().Backends, 1)
 	write(fmt.Sprintf("  - {id: b1, url: %q}\n", urls[1]))
@@ -304,8 +295,6 @@ func TestWatchConfigReloadsOnChange(t *testing.T) {
 	ticks <- time.Time{}
 	ticks <- time.Time{}
 	assert.Len(t, g.Config().Backends, 2, "a bad file keeps the old config")
-	cancel()
-	require.NoError(t, <-done)
 }
 
 // A backend the active prober held Down is marked up again when a reload replaces the

@@ -3,7 +3,6 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
 // On Linux WatchConfig also compares the status-change time (ctime): a file rewritten
@@ -28,16 +25,7 @@ func TestWatchConfigSeesChangeTime(t *testing.T) {
 		return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, url)
 	}
 	require.NoError(t, os.WriteFile(path, content("b0"), 0o600))
-	cfg, err := gateway.LoadConfig(path)
-	require.NoError(t, err)
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(g.Close)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	ticks := make(chan time.Time)
-	done := make(chan error, 1)
-	go func() { done <- g.WatchConfig(ctx, path, ticks, nil) }()
+	g, ticks := watchGateway(t, path)
 	tick := func(n int) { // n+1 sends: the first n looks have finished
 		for range n + 1 {
 			ticks <- time.Time{}
@@ -72,6 +60,4 @@ func TestWatchConfigSeesChangeTime(t *testing.T) {
 	require.NotEqual(t, ctime(old), ctime(now))
 	tick(1)
 	assert.Equal(t, "b1", g.Config().Backends[0].ID, "the in-place rewrite is loaded")
-	cancel()
-	require.NoError(t, <-done)
 }

@@ -27,17 +27,8 @@ func TestWatchConfigMissingAndSameStampReplacement(t *testing.T) {
 		return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, url)
 	}
 	require.NoError(t, os.WriteFile(path, content("b0"), 0o600))
-	cfg, err := gateway.LoadConfig(path)
-	require.NoError(t, err)
 	logger, logs := captureLogs()
-	g, err := gateway.New(cfg, gateway.WithLogger(logger))
-	require.NoError(t, err)
-	t.Cleanup(g.Close)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	ticks := make(chan time.Time)
-	done := make(chan error, 1)
-	go func() { done <- g.WatchConfig(ctx, path, ticks, nil) }()
+	g, ticks := watchGateway(t, path, gateway.WithLogger(logger))
 	// tick sends n+1 ticks: the first n looks have finished when it returns (the last
 	// may still run, so each change below is one atomic step).
 	tick := func(n int) {
@@ -97,6 +88,25 @@ func TestWatchConfigMissingAndSameStampReplacement(t *testing.T) {
 	assert.Equal(t, "b3", backend(), "the file that came back is loaded")
 	assert.Contains(t, logs.String(), `"level":"WARN","msg":"watched config file is missing`)
 	assert.Contains(t, logs.String(), `"level":"INFO","msg":"watched config file is back`)
-	cancel()
-	require.NoError(t, <-done)
+}
+
+// watchGateway builds a gateway from the config file at path (opts added) and runs its
+// WatchConfig on the returned tick channel until the test ends, which checks that the
+// watch then returned nil.
+func watchGateway(t *testing.T, path string, opts ...gateway.Option) (*gateway.Gateway, chan<- time.Time) {
+	t.Helper()
+	cfg, err := gateway.LoadConfig(path)
+	require.NoError(t, err)
+	g, err := gateway.New(cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() { done <- g.WatchConfig(ctx, path, ticks, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return g, ticks
 }
