@@ -296,8 +296,9 @@
 //     tier now at TTL 0 and session IDs now too long are dropped; a live binding of the
 //     same key wins; a damaged or truncated input stores nothing (ErrCorruptSnapshot,
 //     ErrSnapshotVersion). The format holds session IDs up to MaxSnapshotSessionIDBytes
-//     (64 KiB) and backend IDs up to MaxBackendIDBytes (4 KiB, which NewBackend enforces):
-//     the writer leaves out a binding over either and counts it
+//     (64 KiB) and backend IDs up to MaxBackendIDBytes (4 KiB, which NewBackend and
+//     Table.Bind enforce, so no binding has a longer one): the writer leaves out a binding
+//     over either and counts it
 //     (Scheduler.WriteSnapshot's Skipped) rather than write a file the reader rejects
 //     whole. Restored into a non-empty table, a binding older than the
 //     newest one of its TTL class in its shard takes that one's lastUse (it may live a

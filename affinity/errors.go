@@ -17,7 +17,7 @@ var (
 	ErrNoCandidates = errors.New("affinity: no candidates")
 	// ErrInvalidBackend: an empty backend ID (given to NewBackend or Table.Bind, or a zero
 	// Backend among SelectBackend's candidates), an ID over MaxBackendIDBytes given to
-	// NewBackend, or an invalid weight given to NewBackend
+	// NewBackend or Table.Bind, or an invalid weight given to NewBackend
 	// (negative, NaN, Inf or outside [hrw.MinWeight, hrw.MaxWeight]; also wraps
 	// hrw.ErrInvalidWeight).
 	ErrInvalidBackend = errors.New("affinity: invalid backend")

@@ -38,9 +38,9 @@ const (
 	// A Config.MaxSessionIDBytes above it is valid, but the bindings of longer session IDs
 	// are left out of snapshots (so do not survive a restart or a snapshot copy).
 	MaxSnapshotSessionIDBytes = 1 << 16
-	// MaxBackendIDBytes is the longest backend ID: 4 KiB. [NewBackend] refuses a longer
-	// one (ErrInvalidBackend); a binding Table.Bind made to a longer one is left out of
-	// snapshots.
+	// MaxBackendIDBytes is the longest backend ID: 4 KiB. [NewBackend] and [Table.Bind]
+	// refuse a longer one (ErrInvalidBackend), and Restore rejects a snapshot holding one
+	// (ErrCorruptSnapshot), so no binding to a longer one is ever stored.
 	MaxBackendIDBytes = 1 << 12
 )
 
@@ -93,8 +93,9 @@ type SnapshotWriteStats struct {
 	// Bindings is the number of records written.
 	Bindings int
 	// Skipped is the number of valid bindings left out because the format cannot hold
-	// them: a session ID over MaxSnapshotSessionIDBytes or a backend ID over
-	// MaxBackendIDBytes. Such a binding is lost across the snapshot; the others load.
+	// them: a session ID over MaxSnapshotSessionIDBytes (or a backend ID over
+	// MaxBackendIDBytes, which no binding has: Table.Bind refuses one). Such a binding is
+	// lost across the snapshot; the others load.
 	Skipped int
 }
 

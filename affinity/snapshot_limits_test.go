@@ -15,8 +15,9 @@ import (
 	"github.com/agentserve/sessionaffinity/affinity/affinitytest"
 )
 
-// A binding the snapshot format cannot hold (a session ID over 64 KiB, a backend ID over
-// 4 KiB) is left out and counted; it does not make the whole snapshot unloadable.
+// A binding the snapshot format cannot hold (a session ID over 64 KiB; a backend ID over
+// 4 KiB cannot be bound) is left out and counted; it does not make the whole snapshot
+// unloadable.
 func TestSnapshotSkipsRecordsTheFormatCannotHold(t *testing.T) {
 	longSession := strings.Repeat("s", affinity.MaxSnapshotSessionIDBytes+1)
 	longBackend := strings.Repeat("b", affinity.MaxBackendIDBytes+1)
@@ -33,16 +34,16 @@ func TestSnapshotSkipsRecordsTheFormatCannotHold(t *testing.T) {
 			_, _, err := s.SelectBackend(longSession[1:], "", backends(t, 3))
 			require.NoError(t, err)
 		}, 0},
-		{"backend ID over 4 KiB through Table.Bind", func(t *testing.T, s *affinity.Scheduler) {
-			require.NoError(t, s.Table().Bind("x", "", longBackend))
-		}, 1},
+		{"backend ID over 4 KiB: Table.Bind refuses it, nothing to leave out", func(t *testing.T, s *affinity.Scheduler) {
+			require.ErrorIs(t, s.Table().Bind("x", "", longBackend), affinity.ErrInvalidBackend)
+		}, 0},
 		{"backend ID of exactly 4 KiB is kept", func(t *testing.T, s *affinity.Scheduler) {
 			require.NoError(t, s.Table().Bind("x", "", longBackend[1:]))
 		}, 0},
 		{"both", func(t *testing.T, s *affinity.Scheduler) {
-			require.NoError(t, s.Table().Bind("x", "", longBackend))
+			require.ErrorIs(t, s.Table().Bind("x", "", longBackend), affinity.ErrInvalidBackend)
 			require.NoError(t, s.Table().Bind(longSession, "", "b00"))
-		}, 2},
+		}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -239,8 +239,10 @@ func (t *Table) lockKey(sessionID, tier string) (sh *shard, i uint32, kh uint64,
 
 // Bind binds (sessionID, tier) to backendID with lastUse = now, replacing any binding of
 // that key (the replaced binding is not counted). For a tier whose TTL is 0 it stores
-// nothing and returns nil. Errors: ErrEmptySessionID, ErrSessionIDTooLong, ErrTierTooLong,
-// ErrInvalidBackend (empty backendID). Cost: O(1) amortized; one allocation (the key)
+// nothing and returns nil. Errors (nothing stored, any binding of the key untouched):
+// ErrEmptySessionID, ErrSessionIDTooLong, ErrTierTooLong, ErrInvalidBackend (backendID
+// empty or over MaxBackendIDBytes, the limit NewBackend applies: a binding to an ID no
+// Backend can carry could never be a hit, and no snapshot could hold it). Cost: O(1) amortized; one allocation (the key)
 // for every binding stored, new or replacing, plus amortized slab/index growth, a copy
 // of backendID when it is new to the table (its registry entry) and growth of the shard's
 // per-backend arrays when a new backend number reaches them; hashes sessionID and
@@ -252,6 +254,9 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 	}
 	if backendID == "" {
 		return fmt.Errorf("%w: empty ID", ErrInvalidBackend)
+	}
+	if len(backendID) > MaxBackendIDBytes {
+		return fmt.Errorf("%w: ID of %d bytes (max %d): %s", ErrInvalidBackend, len(backendID), MaxBackendIDBytes, errTrunc(backendID))
 	}
 	cls, ok := t.classOf(tier)
 	if !ok {

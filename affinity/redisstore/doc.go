@@ -59,6 +59,11 @@
 // Keys: <prefix>{<16 hex digits: xxh3 of the session ID>}:<16 hex digits: xxh3 of the
 // tier>, for example "sessionaffinity:{a171103fd7ab6328}:2d06800538d394c2" (session "sess-1", default tier). The braces are a
 // Redis Cluster hash tag: all tiers of a session share a slot. Values: the backend ID.
+// A value read back is trusted only as far as it names one of the Scheduler's candidates:
+// one that names none (a backend gone, or no backend ID at all: empty, or over
+// affinity.MaxBackendIDBytes, written by another program) is never stored in a replica's
+// table; a miss moves the key to the HRW winner by compare-and-set, and a refresh that
+// finds it drops the replica's local copy.
 // Session IDs, tiers and request data are never sent to Redis; the hash is the
 // documented, unseeded hrw.KeyHash, so operators can find a session's key.
 //
