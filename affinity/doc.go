@@ -292,7 +292,8 @@
 //   - Snapshots ([Scheduler.Snapshot], [Scheduler.Restore]): a versioned binary format
 //     ("SAFSNAP1", CRC-32C) of the valid bindings with their remaining TTL. Restore keeps
 //     each binding's backend and its remaining TTL minus the time since the snapshot was
-//     written (wall clock of the Clock), cut to the tier's current TTL; expired ones, a
+//     written (wall clock of the Clock; a stamp after the Clock's now counts as now, so
+//     no binding outlives its TTL from the restore), cut to the tier's current TTL; expired ones, a
 //     tier now at TTL 0 and session IDs now too long are dropped; a live binding of the
 //     same key wins; a damaged or truncated input stores nothing (ErrCorruptSnapshot,
 //     ErrSnapshotVersion). The format holds session IDs up to MaxSnapshotSessionIDBytes

@@ -123,6 +123,7 @@ func (t *Table) Snapshot(w io.Writer) (int, error) {
 //
 //	magic     8 bytes  "SAFSNAP1"
 //	written   8 bytes  int64, Unix time in nanoseconds when the snapshot was taken
+//	                   (Restore ages records from min(written, its clock's now))
 //	count     uvarint  number of records
 //	record    count times: uvarint len + tier (<= MaxTierBytes), uvarint len + session
 //	          ID (1..MaxSnapshotSessionIDBytes), uvarint len + backend ID

@@ -63,3 +63,41 @@ func TestRestoreBackendIDLimit(t *testing.T) {
 		})
 	}
 }
+
+// A snapshot stamped after the restoring clock's now (the saving clock was ahead, or
+// this one stepped back) is aged from now: min(stamp, now). No binding it holds lives
+// past its tier's sticky TTL counted from the restore, nor past the expiry the snapshot
+// itself states (stamp + remaining), however far ahead the stamp or large the remaining
+// TTL it claims.
+func TestRestoreSnapshotFromTheFuture(t *testing.T) {
+	tests := []struct {
+		name     string
+		written  time.Time
+		tier     string
+		remain   time.Duration
+		wantLive time.Duration // how long the binding lives after the restore
+	}{
+		{"written now", t0, "", 10 * time.Minute, 10 * time.Minute},
+		{"written 2 min ago", t0.Add(-2 * time.Minute), "", 10 * time.Minute, 8 * time.Minute},
+		{"1 ns ahead", t0.Add(1), "", 10 * time.Minute, 10 * time.Minute},
+		{"1 h ahead, 3 min left", t0.Add(time.Hour), "", 3 * time.Minute, 3 * time.Minute},
+		{"1 h ahead, a remaining TTL of a year", t0.Add(time.Hour), "", 365 * 24 * time.Hour, 10 * time.Minute},
+		{"in 2200, 1-min tier, 10 min left", time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), "short", 10 * time.Minute, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := affinitytest.NewClock(t0)
+			dst := newSnapScheduler(t, snapCfg(), clk)
+			data := forgeSnapshot(tt.written, affinity.Binding{Tier: tt.tier, SessionID: "s", BackendID: "b01", Remaining: tt.remain})
+			st, err := dst.RestoreSnapshot(bytes.NewReader(data))
+			require.NoError(t, err)
+			require.Equal(t, affinity.SnapshotRestoreStats{Records: 1, Stored: 1}, st)
+			clk.Advance(tt.wantLive - 1)
+			_, ok := dst.Lookup("s", tt.tier)
+			require.True(t, ok, "alive just before")
+			clk.Advance(1)
+			_, ok = dst.Lookup("s", tt.tier)
+			require.False(t, ok, "expired at restore + %v", tt.wantLive)
+		})
+	}
+}

@@ -39,6 +39,14 @@ type SnapshotRestoreStats struct {
 //     min left. Bindings with nothing left are dropped; so are bindings of a tier whose TTL
 //     is now 0, and session IDs longer than the current max_session_id_bytes. A remaining
 //     TTL above the tier's current TTL is cut to that TTL.
+//   - A snapshot stamped after the Clock's now (the saving clock was ahead of this one, or
+//     this one was stepped back since) is aged from now, as if just written: min(stamp,
+//     now). With the cut to the tier's TTL, no restored binding lives past its sticky TTL
+//     counted from the restore, nor past the expiry the snapshot states (stamp +
+//     remaining), whatever the stamp. Decision: the time since such a snapshot is
+//     unknown, and refusing it instead would also refuse the in-process copy a gateway
+//     makes on a reload (two Schedulers' clocks read the wall clock at different times,
+//     so a step back between them puts the old one's stamps ahead of the new one's now).
 //   - A key that already has a binding in the table keeps it (the live binding is newer).
 //   - Bindings are restored oldest first; beyond the cap the oldest are evicted (counted
 //     as evictions), as if they had been made in that order.
@@ -99,7 +107,7 @@ func (t *Table) RestoreSnapshot(r io.Reader) (SnapshotRestoreStats, error) {
 			st.TooLong++
 			return
 		}
-		rem := b.Remaining - max(wall.Sub(written), 0)
+		rem := b.Remaining - max(wall.Sub(written), 0) // a stamp ahead of wall: age 0
 		if rem <= 0 {
 			st.Expired++
 			return
