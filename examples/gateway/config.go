@@ -100,9 +100,10 @@ type Config struct {
 	// default tier "" unless a tier named "default" is configured (then that tier).
 	TierHeader string `yaml:"tier_header"`
 	// ModelTiers maps the request body's "model" to a tier, used when the tier header is
-	// absent. An empty model name or tier is [ErrTierName] (decision: a "" key would send
-	// every request without a model, GET /v1/models included, to that tier; the tier
-	// header is the way to route those).
+	// absent. An empty or blank (whitespace-only) model name or tier is [ErrTierName], at
+	// load and on reload (decision: a "" key would send every request without a model,
+	// GET /v1/models included, to that tier, and the tier header is the way to route
+	// those; a blank key names no model, so it is a quoting slip or an unfilled template).
 	ModelTiers map[string]string `yaml:"model_tiers"`
 	// RequireSession rejects generation requests (POST .../chat/completions, completions,
 	// responses, messages) without a session ID (JSON 400) instead of routing them

@@ -20,7 +20,7 @@ var (
 	ErrHeaderName       = errors.New("gateway: bad header name")                              // not an RFC 9110 token, Host, Content-Length or a hop-by-hop header, or listed twice
 	ErrAffinityConfig   = errors.New("gateway: bad affinity config")                          // rejected by affinity (also wraps its error), or max_session_id_bytes over SessionIDBytesCap
 	ErrHealthConfig     = errors.New("gateway: bad health config")                            // a bad health.* field (may wrap health's error)
-	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty model_tiers key, an empty or blank model_tiers value, backends[].tier or affinity.tiers name, or a tier name over 255 bytes
+	ErrTierName         = errors.New("gateway: bad tier name")                                // an empty or blank model_tiers key, an empty or blank model_tiers value, backends[].tier or affinity.tiers name, or a tier name over 255 bytes
 	ErrPassiveRecheck   = errors.New("gateway: bad passive_recheck_seconds")                  // not a number of seconds in 0.001..1e6
 	ErrSweepInterval    = errors.New("gateway: bad sweep_seconds")                            // not a number of seconds in 0.001..1e6
 	ErrDrainTimeout     = errors.New("gateway: bad drain_seconds")                            // not a number of seconds in 0.001..1e6

@@ -137,6 +137,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tier header is authorization with tenant.api_key", "tier_header: authorization\ntenant: {api_key: true, header: X-Tenant}\n" + minimal, gateway.ErrHeaderConflict, []string{`tier_header: "authorization" is also tenant.api_key`}},
 		{"empty model tier", "model_tiers: {m: ''}\n" + minimal, gateway.ErrTierName, []string{"model_tiers", `"m"`}},
 		{"empty model name", "model_tiers: {'': t}\n" + minimal, gateway.ErrTierName, []string{`model_tiers[""]: empty model name`}},
+		{"blank model name", "model_tiers: {' ': t}\n" + minimal, gateway.ErrTierName, []string{`model_tiers[" "]: blank model name`}},
+		{"blank model name, tab and newline", "model_tiers: {\"\\t\\n\": t, m: t}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["\t\n"]: blank model name`}},
 		{"blank model tier", "model_tiers: {m: ' '}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]: blank tier`}},
 		{"blank backend tier", "backends: [{id: a, url: 'http://127.0.0.1:1', tier: ' '}]\n", gateway.ErrTierName, []string{"backends[0].tier", "blank tier name"}},
 		{"blank affinity tier name", "affinity: {tiers: {' ': {sticky_ttl_seconds: 5}}}\n" + minimal, gateway.ErrTierName, []string{`affinity.tiers[" "]: blank tier name`}},

@@ -156,6 +156,8 @@ func (c Config) Validate() error {
 		case model == "":
 			return invalid(ErrTierName, `model_tiers[""]: empty model name: it would map every request without a "model" `+
 				"(GET /v1/models, ...) to tier %q; name a model, or send the tier header", truncate(tier, 64))
+		case strings.TrimSpace(model) == "":
+			return invalid(ErrTierName, "model_tiers[%q]: blank model name: no model is named so (a quoting slip or an unfilled template?); name a model, or send the tier header", model)
 		case tier == "":
 			return invalid(ErrTierName, "model_tiers[%q]: empty tier", model)
 		case strings.TrimSpace(tier) == "":

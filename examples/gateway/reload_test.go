@@ -174,6 +174,8 @@ func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
 	hostHeader.SessionHeaders = []string{"Host"}
 	badSnapshot := good
 	badSnapshot.BindingSnapshot = filepath.Join(t.TempDir(), "nonexistent", "x.snap")
+	blankModel := good
+	blankModel.ModelTiers = map[string]string{"big": "large", " \t": "large"}
 	tests := []struct {
 		name string
 		cfg  gateway.Config
@@ -184,6 +186,7 @@ func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
 		{"tier_header is a session header", tierIsSession, gateway.ErrHeaderConflict},
 		{"Host as session header", hostHeader, gateway.ErrHeaderName},
 		{"binding_snapshot directory missing", badSnapshot, gateway.ErrBindingSnapshot},
+		{"blank model_tiers model name", blankModel, gateway.ErrTierName},
 		{"no backends", gateway.Config{Listen: good.Listen}, gateway.ErrNoBackends},
 		{"negative TTL", badTTL, gateway.ErrAffinityConfig},
 		{"listen change", moved, gateway.ErrReloadNeedsRestart},
@@ -205,6 +208,15 @@ func TestReloadRejectsBadConfigAndKeepsServing(t *testing.T) {
 		assert.Contains(t, logs.String(), "config reload rejected")
 		assert.Contains(t, logs.String(), "backends: at least one backend is required")
 		assert.Equal(t, good, g.Config())
+
+		blank := fmt.Sprintf("backends: [{id: b0, url: %q}, {id: b1, url: %q}]\nmodel_tiers:\n  big: large\n  '  ': large\n", urls[0], urls[1])
+		require.NoError(t, os.WriteFile(path, []byte(blank), 0o600))
+		require.ErrorIs(t, g.ReloadFile(path, nil), gateway.ErrTierName)
+		assert.Contains(t, logs.String(), `model_tiers[\"  \"]: blank model name`)
+		assert.Equal(t, good, g.Config())
+		rec := send(t, g, "s1")
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, before, rec.Header().Get(gateway.HeaderBackend))
 
 		require.NoError(t, os.WriteFile(path, []byte("backends: [{id: x, url: 'http://x.test'}]\n---\nbogus_key: 1\n"), 0o600))
 		require.ErrorIs(t, g.ReloadFile(path, nil), gateway.ErrConfigSyntax, "a second document is refused")
