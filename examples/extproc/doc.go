@@ -16,7 +16,9 @@
 // One gRPC stream per HTTP request, and one routing decision per stream: request headers
 // after the request headers (a second request), or request body after the decision, end
 // the stream with gRPC InvalidArgument ([ErrSequence]) after the answers already due,
-// releasing the decision's lease. With FULL_DUPLEX_STREAMED request bodies (the mode
+// releasing the decision's lease. Request body or trailers before the request headers
+// (never Envoy's order) end it the same way ([ErrNoRequestHeaders]), with no answer
+// and no decision: the picker never routes on empty headers. With FULL_DUPLEX_STREAMED request bodies (the mode
 // the protocol requires, announced by Envoy in ProcessingRequest.protocol_config) the
 // picker holds the request-headers answer back until the body is complete (the model is
 // in the body), then answers the headers with

@@ -91,6 +91,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 		}
 		return nil, false, nil
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if x.req == nil { // never after a decision: decide sets it
+			return nil, true, fmt.Errorf("%w: request body (%d bytes)", ErrNoRequestHeaders, len(r.RequestBody.GetBody()))
+		}
 		if x.decided {
 			return nil, true, fmt.Errorf("%w: request body after the routing decision", ErrSequence)
 		}
@@ -106,6 +109,9 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 			RequestTrailers: &extprocv3.TrailersResponse{}}}
 		if x.decided {
 			return []*extprocv3.ProcessingResponse{trailers}, false, nil
+		}
+		if x.req == nil {
+			return nil, true, fmt.Errorf("%w: request trailers", ErrNoRequestHeaders)
 		}
 		return x.decide(trailers)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -166,7 +172,7 @@ func duplex(m filterv3.ProcessingMode_BodySendMode) (bool, error) {
 func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.ProcessingResponse, bool, error) {
 	x.endLease()
 	x.decided = true
-	if x.req == nil { // a body without headers: not Envoy's sequence, but do not crash
+	if x.req == nil { // unreachable: handle refuses body and trailers before headers (ErrNoRequestHeaders)
 		x.req = toRequest(nil)
 	}
 	var allow func(string) bool

@@ -126,3 +126,39 @@ func TestAbusiveStreamsLeaveNothingHeld(t *testing.T) {
 	}
 	require.Len(t, used, len(e.endpoints), "new sessions reach every backend")
 }
+
+// A request body or trailers before any request headers (Envoy never sends that: a
+// broken or hostile client) is refused with InvalidArgument and no answer: no routing
+// decision on empty headers, no lease, no request counted, no body buffered. (The
+// picker has no metric of protocol errors: ErrSequence and ErrUnsupportedMode are not
+// counted either.)
+func TestBodyBeforeHeadersRefused(t *testing.T) {
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{}}}
+	tests := []struct {
+		name string
+		msgs []*extprocv3.ProcessingRequest
+	}{
+		{"body, end of stream", []*extprocv3.ProcessingRequest{reqBody(chatBody, true)}},
+		{"body, then the headers", []*extprocv3.ProcessingRequest{reqBody(chatBody, false),
+			reqHeaders("POST", chatPath, false, duplex, "x-session-id", "s1"), reqBody("", true)}},
+		{"empty body chunk first", []*extprocv3.ProcessingRequest{reqBody("", false), reqBody(chatBody, true)}},
+		{"trailers first", []*extprocv3.ProcessingRequest{trailers}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			n, err := runAbusive(t, e, tt.msgs)
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			assert.Contains(t, status.Convert(err).Message(), "before the request headers")
+			assert.Zero(t, n, "no answer, no routing decision")
+			assertNothingHeld(t, e)
+			assert.Zero(t, e.g.Scheduler().Len(), "nothing bound")
+			counts := regexp.MustCompile(`(?m)^agentserve_extproc_requests_total\{result="(\w+)"\} (\S+)$`).FindAllStringSubmatch(scrape(t, e.g), -1)
+			require.Len(t, counts, 5)
+			for _, c := range counts {
+				assert.Equal(t, "0", c[2], "requests_total{result=%q}: a refused stream is no request", c[1])
+			}
+		})
+	}
+}

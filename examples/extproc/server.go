@@ -66,6 +66,14 @@ var ErrEndpointHost = errors.New("extproc: backend url host must be an IP addres
 // stream's end releases.
 var ErrSequence = errors.New("extproc: message out of sequence: one request per stream")
 
+// ErrNoRequestHeaders is returned (as gRPC InvalidArgument, ending the stream with no
+// answer and no routing decision) when request body or request trailers arrive before
+// the request headers. Envoy always sends the headers first; a client that does not is
+// broken or hostile, and a decision made on empty headers (no session, tier or tenant)
+// would bind nothing useful and hold a request slot and a lease for it. Not counted in
+// agentserve_extproc_requests_total, like the other protocol errors.
+var ErrNoRequestHeaders = errors.New("extproc: message out of sequence: request body or trailers before the request headers")
+
 // Server is an Envoy ext_proc server that picks an inference endpoint for each request
 // with a [gateway.Gateway]'s routing (session headers, tier, tenant scope, the
 // affinity Scheduler) and answers in the Endpoint Picker Protocol. Create with [New];
@@ -213,7 +221,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		out, done, err := x.handle(req)
 		if err != nil {
 			code := codes.Unimplemented
-			if errors.Is(err, ErrSequence) {
+			if errors.Is(err, ErrSequence) || errors.Is(err, ErrNoRequestHeaders) {
 				code = codes.InvalidArgument
 			}
 			return status.Error(code, err.Error()) // the deferred release ends any lease
