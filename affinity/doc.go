@@ -138,8 +138,13 @@
 //     leases' charges are not counted twice, and the reported requests beyond the leases
 //     exclude the leases. The charges themselves ([Scheduler.Load], what Done releases
 //     and the drain model learns from) and the request being placed (it counts its
-//     cost in the bound of rule 15) are unchanged; every reader of the load (rules
-//     15-18, [Scheduler.LoadView]) sees the floor.
+//     cost in the bound of rule 15) are unchanged. The floor counts in the load of rules
+//     15, 16 and 18 (the bound, placement, whether a backend is over the bound or a
+//     spill target under it, a cold binding's placement) and [Scheduler.LoadView]; it
+//     does not count in rule 17's wait, which is the load without the floor: a request
+//     in flight whose prefill is cached or drained holds a slot, but delays a new
+//     prefill far less than queued prefill does, so the prefix a move throws away is
+//     weighed against queued prefill only.
 //  15. Bound: with n eligible candidates (Healthy; Draining only if none is Healthy; each
 //     ID once) of total load L, a backend is under its bound when it is idle (load 0) or
 //     when load + cost <= balance_factor x (L + cost) / n — x w / W instead of / n when
@@ -154,8 +159,10 @@
 //  17. Spill: a hit whose backend is over its bound moves to the first backend ranked
 //     after it in the session's ranking that is under its own, only when wait(bound) -
 //     wait(target) > spill_cost_weight x reprefill, where wait is the load of rule 14
-//     (prompt tokens of queued prefill, before this request; raw, not per weight: it is
-//     the work this request would queue behind) and reprefill the prefix the move throws
+//     without rule 14e's floor (prompt tokens of queued prefill, before this request;
+//     raw, not per weight: it is the work this request would queue behind; a hit whose
+//     backend's wait is at most spill_cost_weight x reprefill stays without looking at
+//     the other candidates) and reprefill the prefix the move throws
 //     away: 0 when the binding's last hit reported cached / prompt tokens <=
 //     cold_cache_ratio (the backend evicted it), else min(last reported prompt tokens,
 //     cost), else cost (with the drain model, as rules 14c and 14d scale it). An

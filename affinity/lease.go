@@ -280,16 +280,19 @@ func (s *Scheduler) LeaseBackend(b Backend, cost int64, l *Lease) error {
 	return nil
 }
 
-// spillTarget returns the placement a hit on candidates[ci] (whose load is bl) should move
-// to, or w = -1 to stay (the caller has checked that the bound backend is not idle, as an
-// idle backend is never overloaded, and that its wait exceeds spill_cost_weight x rp):
-// the bound backend must be over the bound, a target under the bound must exist after it on the session's
-// HRW ranking, and wait(bound) - wait(target) > spill_cost_weight x rp.
+// spillTarget returns the placement a hit on candidates[ci] (whose load record is bl)
+// should move to, or w = -1 to stay (the caller has checked guardStays: the bound backend
+// is not idle, as an idle backend is never overloaded, and its wait exceeds
+// spill_cost_weight x rp): the bound backend must be over the bound, a target under the
+// bound must exist after it on the session's HRW ranking (both by load, the floor of
+// min_request_cost counted), and wait(bound) - wait(target) > spill_cost_weight x rp (by
+// wait: without the floor, guardWaits). A spill's placement then carries the two waits
+// in boundLoad and load (the Debug log's wait_from and wait_to).
 //
 // A binding whose guard reprefill rp is 0 (its prefix is believed evicted: rule 14d)
 // has nothing to lose by moving: it is placed as a new session would be (the bounded-load
 // walk over its whole ranking) and moves there when that is another backend, less loaded
-// than its own.
+// than its own (by load, the floor counted: no wait term, as nothing is thrown away).
 func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendLoad, units, rp int64) placement {
 	stay := placement{w: -1}
 	if rp == 0 {
@@ -308,18 +311,40 @@ func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendL
 	// it through the stack (most of a busy hit's cost at 8 candidates).
 	if es := s.ld.cands.list(cands); es != nil {
 		if sp, ok := s.stayFast(kh, cands, es, units, ci); ok {
-			if !sp.over || sp.w < 0 || float64(sp.boundLoad-sp.load) <= s.ld.p.weight*float64(rp) {
+			if !sp.over || sp.w < 0 {
 				return stay
 			}
-			return placement{w: sp.w, st: health.Healthy, bl: es[sp.w].bl, load: sp.load, boundLoad: sp.boundLoad, boundOver: true}
+			to := es[sp.w].bl
+			from, at := s.guardWaits(bl, to, sp.boundLoad, sp.load)
+			if float64(from-at) <= s.ld.p.weight*float64(rp) {
+				return stay
+			}
+			return placement{w: sp.w, st: health.Healthy, bl: to, load: at, boundLoad: from, boundOver: true}
 		}
 	}
 	pl, err := s.walkFull(kh, cands, units, ci)
 	if err != nil || !pl.boundOver || pl.w < 0 {
 		return stay
 	}
-	if float64(pl.boundLoad-pl.load) <= s.ld.p.weight*float64(rp) {
+	if pl.boundLoad, pl.load = s.guardWaits(bl, pl.bl, pl.boundLoad, pl.load); float64(pl.boundLoad-pl.load) <= s.ld.p.weight*float64(rp) {
 		return stay
 	}
 	return pl
+}
+
+// guardWaits returns the waits of the spill guard's two terms (rule 17): those of the
+// bound backend from and of the spill target to, whose loads the walk read as lf and lt.
+// Without min_request_cost the wait is the load, so it returns lf and lt (the guard
+// compares the view the walk decided on, as before rule 14e's guard change); with the
+// floor it reads both records' waits anew (the load without the floor: wait), a few
+// atomic loads on a spill candidate only (the bound backend over the bound with a target
+// under it). The two reads are a later snapshot than the walk's, as a concurrent Acquire
+// or Done may land between them; like any load read, racing, never torn.
+func (s *Scheduler) guardWaits(from, to *backendLoad, lf, lt int64) (wf, wt int64) {
+	p := &s.ld.p
+	if p.minCost == 0 {
+		return lf, lt
+	}
+	now := s.drainNow()
+	return from.wait(p, now), to.wait(p, now)
 }

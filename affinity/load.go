@@ -77,6 +77,36 @@ func (b *backendLoad) view(p *loadParams, now int64) int64 {
 	return b.withReported(p, max(l, n*p.minCost))
 }
 
+// wait returns the backend's wait at now, the spill guard's measure of the queued work a
+// request sent there would sit behind (rules 17 and 14e): view without min_request_cost's
+// floor, i.e. the cost leased here (undrained, with the drain model on) plus the reported
+// requests beyond the leases. It equals view when the floor is off. An open lease whose
+// prefill is cached or drained holds a running slot, which the bound counts, but delays
+// a new prefill far less than queued prefill does, which is what the guard weighs
+// against the prefix a move throws away.
+func (b *backendLoad) wait(p *loadParams, now int64) int64 {
+	n, l := b.counts()
+	if p.drainRate > 0 && n > 0 {
+		l = b.remaining(p, now, n, l)
+	}
+	return b.withReported(p, l)
+}
+
+// guardStays is the spill guard's first test on the backend a binding (or a parent hint)
+// points at, for a guard reprefill of grp prompt tokens: true when the binding stays
+// without looking at other candidates. With grp > 0 that is when the backend's wait is at
+// most spill_cost_weight x grp (the move needs wait(bound) - wait(target) > that, and
+// wait(target) >= 0); with grp 0 (nothing to lose: rule 18) only when the backend is
+// idle, its load (floor counted) 0, since such a binding is then placed by load alone.
+// Without the floor this is view == 0 || view <= spill_cost_weight x grp, as before rule
+// 14e's guard change. O(1): the record's atomics.
+func (b *backendLoad) guardStays(p *loadParams, now, grp int64) bool {
+	if grp == 0 {
+		return b.view(p, now) == 0
+	}
+	return float64(b.wait(p, now)) <= p.weight*float64(grp)
+}
+
 // sumView is view without the drain model (the lease-sum view, rules 14 and 14e), for
 // the placement loops that handle the drain model apart; m is p.minCost, which they read
 // once. Small enough to inline.

@@ -91,9 +91,16 @@ type LoadConfig struct {
 	// lease still holds a running slot when its prefill has drained) and is a maximum,
 	// not a sum: it adds nothing to a backend whose charges already exceed it, and
 	// requests reported beyond the leases (ReportLoad) keep queued_request_cost each. It
-	// acts on every reader of the view: bounded-load placement, the spill guard's waits
-	// and [Scheduler.LoadView]; lease charges ([Scheduler.Load], Lease cost) are
-	// unchanged. 0 (the default) is off; must lie in [0, MaxLeaseCost] (2^24).
+	// counts in the bound: bounded-load placement of new sessions, their ranking, whether
+	// a bound backend is over the bound and a spill target under it, the placement of a
+	// binding whose prefix is lost, and [Scheduler.LoadView]. It does not count as wait
+	// in the spill guard: wait(bound) - wait(target) > spill_cost_weight x reprefill (and
+	// the hit's own test, wait(bound) <= spill_cost_weight x reprefill: stay) read the
+	// view without the floor, since a cached decode in flight holds a slot but does not
+	// delay a new prefill as queued prefill does; so a short-prompt session stays on a
+	// backend that has one more request in flight than another. Lease charges
+	// ([Scheduler.Load], Lease cost) are unchanged. 0 (the default) is off (every
+	// decision as without the key); must lie in [0, MaxLeaseCost] (2^24).
 	MinRequestCost int64 `yaml:"min_request_cost,omitempty" json:"min_request_cost,omitempty"`
 	// ColdCacheRatio: a binding whose last hit reported cached / prompt tokens at or below
 	// this ratio has lost its prefix on the backend (evicted there), so moving it costs

@@ -168,3 +168,83 @@ func TestMinRequestCostView(t *testing.T) {
 	assert.Zero(t, s.LoadView(id))
 	assert.Zero(t, d.LoadView(id))
 }
+
+// TestMinRequestCostSpillGuard: the floor counts in the bound (a backend with one more
+// request in flight than the other can be over it) but not as wait in the spill guard
+// (rule 14e): a bound session with a short prompt (500 tokens, so 5 x 500 = 2,500 tokens
+// of wait would pay for its move, under one floor of 4,096) stays while its backend's
+// extra requests are cached decodes (1 token of prefill each), and still moves when they
+// are queued prefill. New sessions see the floor all the same: with two cached decodes
+// against one 3,000-token prefill they avoid the session's backend with the floor and
+// take it without. Before the guard read waits without the floor, the first four cases
+// spilled.
+func TestMinRequestCostSpillGuard(t *testing.T) {
+	const prompt = 500
+	withFloor := func(c affinity.Config, m int64) affinity.Config {
+		c.Load.MinRequestCost = m
+		return c
+	}
+	cases := []struct {
+		name          string
+		cfg           affinity.Config
+		home, other   []int64 // the charges of the leases open on the session's backend and on the other
+		drain         bool    // advance the clock until the drain model has drained them
+		want          affinity.Outcome
+		wantNewOnHome bool // a new session whose HRW winner is the session's backend lands there
+	}{
+		{"floor, one more cached decode than the target", withFloor(loadCfg(1.25, 5), 4096),
+			[]int64{1, 1}, []int64{1}, false, affinity.OutcomeHit, false},
+		{"floor, one cached decode, target idle", withFloor(loadCfg(1.25, 5), 4096),
+			[]int64{1}, nil, false, affinity.OutcomeHit, false},
+		{"floor and drain model, one more drained request", withFloor(drainCfg(1.25, 5, 16000, 0), 4096),
+			[]int64{2000, 2000}, []int64{2000}, true, affinity.OutcomeHit, false},
+		{"floor, queued prefill above the allowance still spills", withFloor(loadCfg(1.25, 5), 4096),
+			[]int64{4000}, nil, false, affinity.OutcomeSpill, false},
+		{"floor, two more queued prefills spill", withFloor(loadCfg(1.25, 5), 4096),
+			[]int64{1, 1500, 1500}, []int64{1}, false, affinity.OutcomeSpill, false},
+		{"floor, two cached decodes against a prefill", withFloor(loadCfg(1.25, 5), 4096),
+			[]int64{1, 1}, []int64{3000}, false, affinity.OutcomeHit, false},
+		{"no floor, one more cached decode", loadCfg(1.25, 5),
+			[]int64{1, 1}, []int64{1}, false, affinity.OutcomeHit, false},
+		{"no floor, two cached decodes against a prefill", loadCfg(1.25, 5),
+			[]int64{1, 1}, []int64{3000}, false, affinity.OutcomeHit, true},
+		{"no floor, queued prefill above the allowance spills", loadCfg(1.25, 5),
+			[]int64{4000}, nil, false, affinity.OutcomeSpill, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bs := backendsN(2)
+			s, clk := newSched(t, tc.cfg)
+			home := bs[0]
+			sess := sessionOn(t, "short-", home.ID(), bs)
+			first, err := acquire(s, sess, "", bs, prompt)
+			require.NoError(t, err)
+			require.Equal(t, home.ID(), first.Backend.ID())
+			first.Done(affinity.DoneInfo{PromptTokens: prompt, CacheReported: true})
+
+			var open []*affinity.Lease
+			for i, charges := range [][]int64{tc.home, tc.other} {
+				for _, c := range charges {
+					l := new(affinity.Lease)
+					require.NoError(t, s.LeaseBackend(bs[i], c, l))
+					open = append(open, l)
+				}
+			}
+			if tc.drain {
+				clk.Advance(time.Second) // 6,000 tokens at 16,000 tokens/s: drained
+			}
+			l, err := acquire(s, sess, "", bs, prompt)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, l.Outcome, "home load %d, other %d", s.LoadView(home.ID()), s.LoadView(bs[1].ID()))
+			l.Done(affinity.DoneInfo{})
+
+			n, err := acquire(s, sessionOn(t, "new-", home.ID(), bs), "", bs, prompt)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantNewOnHome, n.Backend.ID() == home.ID(), "new session on the session's backend")
+			n.Done(affinity.DoneInfo{})
+			for _, l := range open {
+				l.Done(affinity.DoneInfo{})
+			}
+		})
+	}
+}

@@ -14,9 +14,9 @@ import "sync/atomic"
 // parent's backend must first pass the spill guard a hit on it would face, the prefix the
 // child shares being the parent binding's reprefill estimate (its last reported prompt,
 // at most this cost; with the drain model what the backend is expected to retain after
-// the parent's idle time): the hint applies when that backend is idle, when its wait is
-// at most spill_cost_weight x that prefix, or when it is under the bound, this request
-// counted. Otherwise, and on a busy backend (any load above 0) when that prefix is 0 (the
+// the parent's idle time): the hint applies when that backend is idle, when its wait
+// (its load without load.min_request_cost's floor) is at most spill_cost_weight x that
+// prefix, or when it is under the bound, this request counted (the floor counted). Otherwise, and on a busy backend (any load above 0) when that prefix is 0 (the
 // parent's last hit reported its cache lost, or with the drain model none of it is
 // expected to be retained), the hint is declined: not counted anywhere, the call is
 // exactly Acquire (the bounded-load walk along the child's own ranking, PlacedHRW; the
@@ -80,7 +80,7 @@ func (s *Scheduler) parentStays(kh uint64, cands []Backend, pi int, pe *entry, u
 	if p.drainRate > 0 { // cache retention (drainmodel.go)
 		grp, _ = bl.retainedPrefix(p, now-pe.lastUse, grp)
 	}
-	if v := bl.view(p, now); v == 0 || float64(v) <= p.weight*float64(grp) {
+	if bl.guardStays(p, now, grp) {
 		return true
 	}
 	if grp == 0 {

@@ -12,8 +12,8 @@ type placement struct {
 	w         int          // chosen candidate index; -1: none
 	st        health.State // its health state, re-checked under the shard lock that inserts
 	bl        *backendLoad // its load record (nil with load awareness off)
-	load      int64        // its load before this request, prompt tokens
-	boundLoad int64        // load of the excluded (bound) candidate
+	load      int64        // its load before this request, prompt tokens (a spill from spillTarget: its wait)
+	boundLoad int64        // load of the excluded (bound) candidate (a spill from spillTarget: its wait)
 	boundOver bool         // the excluded candidate is over the bound, this request counted
 }
 
