@@ -99,12 +99,17 @@ func (b *backendLoad) wait(p *loadParams, now int64) int64 {
 // wait(target) >= 0); with grp 0 (nothing to lose: rule 18) only when the backend is
 // idle, its load (floor counted) 0, since such a binding is then placed by load alone.
 // Without the floor this is view == 0 || view <= spill_cost_weight x grp, as before rule
-// 14e's guard change. O(1): the record's atomics.
+// 14e's guard change. O(1): the record's atomics, in one call (view and wait written out:
+// this is on every hit's path).
 func (b *backendLoad) guardStays(p *loadParams, now, grp int64) bool {
-	if grp == 0 {
-		return b.view(p, now) == 0
+	n, l := b.counts()
+	if p.drainRate > 0 && n > 0 {
+		l = b.remaining(p, now, n, l)
 	}
-	return float64(b.wait(p, now)) <= p.weight*float64(grp)
+	if grp == 0 {
+		return b.withReported(p, max(l, n*p.minCost)) == 0 // view
+	}
+	return float64(b.withReported(p, l)) <= p.weight*float64(grp) // wait
 }
 
 // sumView is view without the drain model (the lease-sum view, rules 14 and 14e), for
