@@ -232,7 +232,9 @@
 // cold_cache_ratio 0.001, drain_tokens_per_second 16000 and retention_guard_factor 2.5
 // (the example gateway's configuration) meets it in all six rows, with rules 14d and
 // 18's placement of cold bindings (README). The drain rate only seeds the model: it is
-// learned from the first Done on.
+// learned from the first Done on. The example gateway also sets min_request_cost 4096
+// (rule 14e: near or above a typical prompt the bound counts requests in flight); the
+// library leaves it 0, as the right value depends on the prompt sizes.
 //
 // # Shared store (WithStore)
 //

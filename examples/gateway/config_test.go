@@ -301,7 +301,7 @@ func TestLoadConfigShippedExample(t *testing.T) {
 	assert.Equal(t, 16000.0, cfg.Affinity.Load.DrainTokensPerSecond, "the shipped config turns the drain model on")
 	assert.Equal(t, 2.5, cfg.Affinity.Load.RetentionGuardFactor)
 	assert.Equal(t, 0.001, cfg.Affinity.Load.ColdCacheRatio)
-	assert.Equal(t, int64(0), cfg.Affinity.Load.MinRequestCost, "the shipped config leaves the per-request floor off (commented)")
+	assert.Equal(t, int64(4096), cfg.Affinity.Load.MinRequestCost, "the shipped config sets the per-request floor")
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	g.Close()

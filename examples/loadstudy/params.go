@@ -69,7 +69,7 @@ func DefaultParams() Params {
 // RecommendedLoad is the load block of examples/configs/gateway.yaml (the project's
 // recommended drain-model settings), the skewed scenario's default: balance_factor 1.25,
 // spill_cost_weight 5, cold_cache_ratio 0.001, drain_tokens_per_second 16000,
-// retention_guard_factor 2.5 (min_request_cost off, as there).
+// retention_guard_factor 2.5, min_request_cost 4096.
 func RecommendedLoad() affinity.LoadConfig {
 	return affinity.LoadConfig{
 		BalanceFactor:        1.25,
@@ -77,6 +77,7 @@ func RecommendedLoad() affinity.LoadConfig {
 		ColdCacheRatio:       0.001,
 		DrainTokensPerSecond: 16000,
 		RetentionGuardFactor: 2.5,
+		MinRequestCost:       4096,
 	}
 }
 

@@ -102,7 +102,8 @@ func TestStudySkewed(t *testing.T) {
 	assert.Equal(t, RecommendedLoad(), *conds[3].Load, "the recommended settings of examples/configs/gateway.yaml")
 	assert.Contains(t, conds[3].Name, "drain_tokens_per_second 16000, retention_guard_factor 2.5")
 	require.NotNil(t, conds[4].Load, "load-aware, lease-sum view")
-	assert.Equal(t, affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(5)}, *conds[4].Load)
+	assert.Equal(t, affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(5), MinRequestCost: 4096}, *conds[4].Load,
+		"the recommended settings without the drain-model and cache-loss keys (min_request_cost kept)")
 	assert.Nil(t, conds[5].Load, "off")
 	p2 := p
 	p2.SkewLoad = leaseSum(p.SkewLoad)

@@ -19,7 +19,7 @@ const (
 	DefaultColdCacheRatio  = 0.001
 	DefaultDrainRate       = 16000.0 // tokens/s before the first Done; learned after
 	DefaultRetentionGuard  = 2.5
-	DefaultMinRequestCost  = 0 // prompt tokens: load.min_request_cost (off, as in gateway.yaml)
+	DefaultMinRequestCost  = 4096 // prompt tokens: load.min_request_cost, as in gateway.yaml
 )
 
 // RecommendedLoad is the load block the load-aware policy uses by default.
