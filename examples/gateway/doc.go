@@ -141,7 +141,12 @@
 // with, bindings to backends that remain never move (but see tenant scoping below),
 // removed backends stop being candidates at once (the reload log's "removed" field lists
 // them; their bindings break as not_candidate, a rebind, when their sessions return), and
-// a bad config is rejected with a log line while the old one keeps serving. Decisions:
+// a bad config is rejected with a log line while the old one keeps serving. The
+// "config reloaded" line also names what changed on each backend that stays:
+// weight_changed ("vllm-a:1->2", the effective weight), tier_changed
+// ("vllm-b:(default)->large", "(default)" being the default pool) and url_changed
+// (passwords shown as "xxxxx"), beside drained and undrained; each is empty when
+// nothing changed. Decisions:
 //
 //   - backends[].drain: true drains a backend (affinity.Scheduler.OnBackendDraining):
 //     its bound sessions stay, new ones go elsewhere, /readyz and

@@ -34,7 +34,10 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //
 //   - backends, weights, tiers, model_tiers, headers, body cap, retry, drain and
 //     snapshot settings take effect for every request that starts after Reload returns;
-//     requests in flight finish on the state they started with;
+//     requests in flight finish on the state they started with; the log's
+//     weight_changed, tier_changed and url_changed fields list each backend that stays
+//     and whose effective weight, tier or URL changed ("id:old->new"; the default pool
+//     is "(default)", a URL's password "xxxxx"), nil when none did;
 //   - bindings to backends that remain stay where they are (weight changes move no
 //     session: they only steer new ones), except after a change of tenant scoping (on,
 //     off, tenant.header, tenant.api_key, the secret): it changes every binding key
@@ -233,7 +236,9 @@ func (g *Gateway) Reload(cfg Config) error {
 			"their cached prefixes go cold (recomputed once on the same backend); sessions do not move",
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
 	}
+	weights, tiers, urls := backendChanges(old, rt)
 	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "removed", removed,
+		"weight_changed", weights, "tier_changed", tiers, "url_changed", urls,
 		"drained", drained, "undrained", undrained, "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil
 }
