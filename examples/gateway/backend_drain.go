@@ -37,7 +37,7 @@ func (g *Gateway) applyDrains(old, rt *routing) (drained, undrained []string) {
 			why = "config: backends[].drain: false (was true)"
 		}
 		if to := hs.State(b.id); to != from {
-			g.log.Info("backend state change", "backend", b.id, "from", from.String(), "to", to.String(), "why", why)
+			g.logStateChange(b.id, from, to, why)
 		}
 	}
 	return drained, undrained

@@ -343,7 +343,9 @@
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
 // backend's state. Every state change the gateway causes is logged ("backend state
-// change": backend, from, to, why).
+// change": backend, from, to, why) at the level of the state reached: Warn for down and
+// "down (ejected)", Info for healthy or draining (a recovery, a drain or undrain, the end
+// of an ejection), as Envoy and HAProxy log a server going down above one coming back.
 //
 // # Backend client
 //

@@ -308,8 +308,7 @@ func (g *Gateway) onProbe(tr health.Transition) {
 	rt.sched.OnHealthChange(tr)
 	to := rt.sched.Health().State(tr.ID)
 	if from != to {
-		g.log.Warn("backend state change", "backend", tr.ID, "from", from.String(), "to", to.String(),
-			"why", "active health check: GET "+rt.cfg.Health.Path+" now "+tr.To.String())
+		g.logStateChange(tr.ID, from, to, "active health check: GET "+rt.cfg.Health.Path+" now "+tr.To.String())
 	}
 }
 

@@ -164,8 +164,8 @@ func (g *Gateway) Reload(cfg Config) error {
 		from := rt.sched.Health().State(id)
 		rt.sched.OnBackendDown(id)
 		if to := rt.sched.Health().State(id); to != from {
-			g.log.Warn("backend state change", "backend", id, "from", from.String(), "to", to.String(),
-				"why", "reload: added back with the URL it had when a reload removed it while its active health check was down")
+			g.logStateChange(id, from, to,
+				"reload: added back with the URL it had when a reload removed it while its active health check was down")
 		}
 	}
 	drained, undrained := g.applyDrains(old, rt) // before the first request on rt can pick a drained backend
@@ -211,7 +211,7 @@ func (g *Gateway) Reload(cfg Config) error {
 			from := rt.sched.Health().State(b.id)
 			rt.sched.OnBackendUp(b.id)
 			if to := rt.sched.Health().State(b.id); to != from {
-				g.log.Warn("backend state change", "backend", b.id, "from", from.String(), "to", to.String(), "why", why)
+				g.logStateChange(b.id, from, to, why)
 			}
 		}
 	}
