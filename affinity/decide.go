@@ -46,7 +46,8 @@ func (s *Scheduler) decide(sessionID, tier string, cands []Backend, aware bool, 
 	i := sh.idx.find(sh, uint32(kh), tier, sessionID)
 	if i != 0 { // the hit path: what most calls of a busy gateway take
 		e := sh.at(i)
-		if now-e.lastUse < t.ttls[e.class] && int(e.slot) < len(sh.slots) { // else: not filled
+		// else: not filled, or provisional (a store was configured but not asked: confirm it)
+		if now-e.lastUse < t.ttls[e.class] && int(e.slot) < len(sh.slots) && e.lflags&flagProvisional == 0 {
 			slot := &sh.slots[e.slot]
 			ci, bad := findSlot(cands, slot)
 			if bad < 0 && ci >= 0 && s.slotState(slot) != health.Down {
@@ -138,13 +139,15 @@ func (s *Scheduler) honour(sh *shard, i uint32, e *entry, kh uint64, tier, bound
 	s.rec.Hit(tier)
 }
 
-// decideLocked is decide beyond the fast hit: broken and expired bindings, misses, spills
-// and the shared store. Called with sh locked and i the binding's entry (0: none).
+// decideLocked is decide beyond the fast hit: broken and expired bindings, misses, spills,
+// the shared store and a provisional binding's confirmation (store_confirm.go). Called with sh locked and i the binding's entry (0: none).
 func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID string, cls uint8, cands []Backend, aware bool, units int64, now int64) (int, Outcome, grant, error) {
 	t := s.t
 	pl := placement{w: -1, st: health.Healthy}
 	var d decision
 	consulted := false // d holds the shared store's decision (store.go, store_lease.go)
+	tried := false     // a provisional binding's confirm ran (store_confirm.go)
+	kept := ""         // the backend it kept in the store
 	for locked := true; ; locked = false {
 		if !locked {
 			sh.mu.Lock()
@@ -168,7 +171,10 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 					reason = metrics.ReasonNotCandidate
 				case s.slotState(slot) == health.Down:
 					reason = metrics.ReasonUnhealthy
-				default:
+				case e.lflags&flagProvisional != 0 && kept == boundID:
+					e.lflags &^= flagProvisional // the store holds it now: decide as a hit
+					fallthrough
+				case e.lflags&flagProvisional == 0 || tried || !s.storeUsable(now):
 					g, stay := grant{bl: s.loadOf(slot), charge: units}, true
 					if aware {
 						var grp int64
@@ -188,6 +194,15 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 						d, consulted = s.casSpill(kh, tier, cands, boundID, spill.w, ttl, now)
 						continue
 					}
+				default: // provisional and the store usable: ask it before answering
+					ttl := t.ttls[e.class]
+					sh.mu.Unlock()
+					tried = true
+					var adopt bool
+					if kept, d, adopt = s.confirm(kh, tier, cands, ci, ttl, now); adopt {
+						pl.w, consulted = d.idx, true // the fleet's binding (a hit)
+					}
+					continue
 				}
 			}
 		}
@@ -242,7 +257,7 @@ func (s *Scheduler) decideLocked(sh *shard, i uint32, kh uint64, tier, sessionID
 			}
 		}
 		wb := &cands[pl.w].node
-		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), cands[pl.w].pre, now)
+		evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, wb.ID(), cands[pl.w].pre, now, s.provisional())
 		sh.c.misses++
 		sh.mu.Unlock()
 		out := OutcomeMiss

@@ -129,7 +129,7 @@ func (s *Scheduler) placeWithParent(sessionID, parent, tier string, cands []Back
 		sh.remove(i)
 		sh.c.expired++
 	}
-	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, pb.ID(), cands[pi].pre, now)
+	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, pb.ID(), cands[pi].pre, now, s.provisional())
 	sh.c.misses++
 	sh.c.parentPlaced++
 	sh.mu.Unlock()

@@ -39,7 +39,7 @@ type entry struct {
 	bprev, bnext uint32 // list of the backend (shard.bk[slot])
 	slot         uint32 // the backend's number (Table.reg): index into shard.bk and shard.slots
 	class        uint8  // TTL class (index into Table.ttls)
-	lflags       uint8  // load-awareness state of the binding (see usage.go); 0 on insert
+	lflags       uint8  // load-awareness state (usage.go) and flagProvisional (store_confirm.go)
 	lprompt      uint16 // last reported prompt tokens, in units of 64 (see usage.go)
 }
 
@@ -247,8 +247,9 @@ func (sh *shard) flush() {
 
 // insert stores a new binding to backend id (premixed node hash pre; the key must be
 // absent), first reclaiming a few expired bindings and, at the cap, evicting the shard's
-// least-recently-used one (returned).
-func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id string, pre uint64, now int64) (evictedTier string, evicted bool) {
+// least-recently-used one (returned). fl is the new entry's lflags: 0, or
+// flagProvisional for a binding a Scheduler with a store decided without it.
+func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id string, pre uint64, now int64, fl uint8) (evictedTier string, evicted bool) {
 	sh.reclaim(t, now, reclaimPerInsert)
 	if sh.n >= sh.cap {
 		if v := sh.lru(); v != 0 {
@@ -264,6 +265,7 @@ func (sh *shard) insert(t *Table, h uint32, tier, session string, cls uint8, id 
 	e.key = makeKey(tier, session) // the miss path's one allocation
 	e.class = cls
 	e.slot = si
+	e.lflags = fl
 	l := &sh.lists[cls]
 	if l.head != 0 {
 		if h := sh.at(l.head).lastUse; h > now {

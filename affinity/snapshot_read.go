@@ -141,7 +141,7 @@ func (t *Table) RestoreSnapshot(r io.Reader) (SnapshotRestoreStats, error) {
 			sh.mu.Unlock()
 			continue
 		}
-		evTier, ev := sh.insert(t, uint32(kh), p.b.Tier, p.b.SessionID, p.cls, p.b.BackendID, premix(hrw.NodeHash(p.b.BackendID)), p.lastUse)
+		evTier, ev := sh.insert(t, uint32(kh), p.b.Tier, p.b.SessionID, p.cls, p.b.BackendID, premix(hrw.NodeHash(p.b.BackendID)), p.lastUse, 0)
 		sh.mu.Unlock()
 		if ev {
 			t.rec.Evicted(evTier)

@@ -282,7 +282,7 @@ func (s *Scheduler) bindDecided(sh *shard, i uint32, kh uint64, tier, sessionID 
 		sh.remove(i)
 	}
 	b := &cands[d.idx].node
-	evTier, ev := sh.insert(s.t, uint32(kh), tier, sessionID, cls, b.ID(), cands[d.idx].pre, now)
+	evTier, ev := sh.insert(s.t, uint32(kh), tier, sessionID, cls, b.ID(), cands[d.idx].pre, now, 0)
 	if d.hit {
 		sh.c.hits++
 	} else {

@@ -22,7 +22,7 @@ type memStore struct {
 	claims    int
 	rebinds   int
 	refreshes int
-	fail      error
+	fail      error // Claim and Rebind fail with it
 }
 
 func newMemStore() *memStore { return &memStore{m: map[affinity.StoreKey]string{}} }
@@ -44,6 +44,10 @@ func (s *memStore) Claim(_ context.Context, k affinity.StoreKey, b string, _ tim
 func (s *memStore) Rebind(_ context.Context, k affinity.StoreKey, old, b string, _ time.Duration) (string, bool, error) {
 	s.mu.Lock()
 	s.rebinds++
+	if s.fail != nil {
+		s.mu.Unlock()
+		return "", false, s.fail
+	}
 	if v, ok := s.m[k]; ok && v != old {
 		s.mu.Unlock()
 		return v, false, nil

@@ -269,7 +269,7 @@ func (t *Table) Bind(sessionID, tier, backendID string) error {
 	if i := sh.idx.find(sh, uint32(kh), tier, sessionID); i != 0 {
 		sh.remove(i)
 	}
-	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, backendID, premix(hrw.NodeHash(backendID)), now)
+	evTier, ev := sh.insert(t, uint32(kh), tier, sessionID, cls, backendID, premix(hrw.NodeHash(backendID)), now, 0)
 	sh.mu.Unlock()
 	if ev {
 		t.rec.Evicted(evTier)
