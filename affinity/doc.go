@@ -250,8 +250,18 @@
 //     replica holds no valid binding of the key (evicted, expired, never seen), then only
 //     with a compare-and-delete. A store error or timeout (default 50 ms) never fails a
 //     call: it is decided locally, counted ([Scheduler.StoreErrors],
-//     metrics.StoreRecorder), and the store is skipped for the retry interval. Without a
-//     store nothing of this runs.
+//     metrics.StoreRecorder), and the store is skipped for the retry interval. A binding
+//     decided so, without the store's answer (a miss, rebind or spill while the store is
+//     skipped or failing; also a parent placement, which never asks it), is
+//     provisional: the first hit on it once the store is usable again asks the store
+//     before answering (the one other store call of a hit: one Claim with the local
+//     backend, bounded by the store timeout): claimed or already bound there, it is kept;
+//     bound to another usable candidate (Draining included, as for any hit), the fleet's
+//     binding replaces it (a hit); bound to a backend Down or not a candidate here, that
+//     binding is moved to the local one by Rebind (counted broken, as a miss's move is);
+//     an error leaves it provisional and answers the hit locally. So replicas that
+//     decided a session apart during a store error agree from its next turn after the
+//     error. Without a store nothing of this runs (no binding is ever provisional).
 //     Acquire consults the store as SelectBackend does, and a spill (rule 17) is a
 //     compare-and-set in the store: if another replica moved the session first, its
 //     choice is adopted.
@@ -294,9 +304,10 @@
 //   - [Scheduler.Forget], [Scheduler.ForgetIf] and Table.Delete count nothing; Recorder.Evicted is called for
 //     cap evictions only, not for expiry.
 //   - Logging (WithLogger, log/slog): Debug for each broken binding SelectBackend rebinds
-//     (tier, reason, old and new backend ID; never the session ID), Info for each
+//     (tier, reason, old and new backend ID; never the session ID) and for each
+//     provisional binding replaced by the fleet's (tier, old and new ID), Info for each
 //     OnBackendDown that removed bindings (backend ID and count; its broken bindings are
-//     not logged one by one). Nothing per hit or per miss.
+//     not logged one by one). Nothing else per hit or per miss.
 //   - Error messages quote at most 32 bytes of a session ID or tier.
 //   - Snapshots ([Scheduler.Snapshot], [Scheduler.Restore]): a versioned binary format
 //     ("SAFSNAP1", CRC-32C) of the valid bindings with their remaining TTL. Restore keeps
@@ -328,6 +339,16 @@
 //     counts its local drops as down, so a session dropped there and then moved in the
 //     store counts once as down and once as unhealthy. The store sees hashes only
 //     ([StoreKey]), never session IDs or tiers.
+//   - A provisional binding replaced by the fleet's on confirmation is a hit (the fleet's
+//     binding is honoured, as when a local miss adopts it) and is logged at Debug
+//     ("provisional binding replaced by the fleet's": tier, from, to), not counted as
+//     broken: no backend failed, the local copy was a guess made while the store was
+//     away, and the store error that made it is already counted. Bindings restored from
+//     a snapshot and Table.Bind's are not provisional. Not solved by confirmation: a
+//     binding this replica confirmed before a store outage is not asked again, so an
+//     invalidation it missed during the outage, or a store that came back empty and
+//     let another replica claim the session elsewhere, is corrected by that binding's
+//     next refresh (within TTL/8 of traffic), as before.
 //   - Config typos must not silently disable features: an unknown key anywhere in a
 //     JSON config (Config.UnmarshalJSON) is ErrInvalidConfig naming the key, even when the
 //     caller's decoder does not call DisallowUnknownFields, as a strict YAML decoder

@@ -263,7 +263,8 @@ func noEligible(cands []Backend) error {
 // key; 0 with TTL 0) plus the amortized growth described in the package documentation.
 // With a shared store (WithStore) a miss also makes one store call (two when the shared
 // binding is broken in this replica's view), each bounded by the store timeout; a hit
-// makes none (see [Store]).
+// makes none (see [Store]), except the first hit of a provisional binding, decided here
+// while the store was not answering, which confirms it with one such call first.
 func (s *Scheduler) SelectBackend(sessionID, tier string, candidates []Backend) (Backend, bool, error) {
 	if !s.t.validKey(sessionID, tier) || len(candidates) == 0 { // validate, inlined
 		return Backend{}, false, s.validate(sessionID, tier, candidates)

@@ -41,9 +41,16 @@ type StoreKey struct {
 // Store is a binding table shared by several Schedulers (gateway replicas), for example
 // package affinity/redisstore. The Scheduler's own table stays in front of it as the
 // near-cache: a local hit never calls the store (except [Store.Refresh], at most once per
-// TTL/8 per session); a local miss calls it once (Claim) and, only when the shared
-// binding is broken in this replica's view, a second time (Rebind). Values are backend
-// IDs only.
+// TTL/8 per session, and the confirmation below); a local miss calls it once (Claim) and,
+// only when the shared binding is broken in this replica's view, a second time (Rebind).
+// Values are backend IDs only.
+//
+// A binding this replica decided while the store did not answer (skipped after an error,
+// or its call failed), or placed without asking it (a parent placement), is provisional: the first hit on it once the store is usable again
+// calls Claim with the local backend before answering, which keeps it (claimed, or
+// already bound to it), adopts the fleet's binding instead (a hit), or, when the fleet's
+// backend is Down or not a candidate here, moves that to the local one with Rebind. A
+// failed confirmation leaves it provisional and the hit is answered locally.
 //
 // Implementations must be safe for concurrent use and honour ctx (the Scheduler gives
 // each call [DefaultStoreTimeout] or the WithStoreTimeouts value). An error makes the

@@ -75,11 +75,17 @@
 // and leaves the store alone for retry_after_seconds (default 1 s), so that a dead Redis
 // costs one timeout per replica per second, not one per request. go-redis reconnects by
 // itself, and the subscription is re-established. While Redis is away each replica
-// keeps its own bindings; when it returns (even empty) the refreshes of hits re-create
-// the bindings, and where two replicas disagree the first refresh wins and the other
-// replica adopts its value on the session's next turn: the fleet converges within one
-// refresh period (TTL/8) of traffic. Invalidations published while a replica was
-// disconnected are lost; the same refresh corrects that replica.
+// keeps its own bindings, and the ones it makes meanwhile are provisional: a session's
+// first turn on that replica once Redis answers again confirms its binding with one
+// Claim before it is served (kept, or the fleet's binding adopted, or a shared binding
+// to a backend unusable here moved to ours; see affinity.Store), so two replicas that
+// bound one session apart during the error agree from its next turn. When Redis returns
+// (even empty) the refreshes of hits re-create the bindings made before the outage, and
+// where two replicas disagree about such a binding (a session claimed anew elsewhere
+// after Redis lost its data) the first refresh wins and the other replica adopts its
+// value on the session's next turn: that converges within one refresh period (TTL/8) of
+// traffic. Invalidations published while a replica was disconnected are lost; the same
+// refresh corrects that replica.
 //
 // Check at startup with [Store.Ping] (bounded by dial_timeout_seconds): a server that
 // refuses the credentials or the database number gives an error wrapping [ErrRejected]
@@ -103,7 +109,8 @@
 //     calls, and misses = first turns + moves. A move found by compare-and-set counts
 //     broken{unhealthy} or broken{not_candidate} on the replica that made it.
 //   - Without the store (errors, retry interval) decisions are local and may diverge for
-//     sessions whose replicas see different health; they converge as described above.
+//     sessions whose replicas see different health or load; such a binding is confirmed
+//     on its next turn after the error, as described above.
 //   - One Store serves one Scheduler at a time: each affinity.New with its options
 //     registers the new Scheduler's invalidation callback in place of the previous one.
 //
