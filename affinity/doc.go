@@ -394,51 +394,17 @@
 // Sweep periodically if traffic may stop while memory matters — from your own goroutine:
 // there is no hidden one and no Close.
 //
-// # Costs (measured numbers in the package benchmarks)
+// # Costs
 //
-//   - SelectBackend hit: 0 allocs; one xxh3 hash of the session ID, one clock read, one
-//     shard lock, an index probe, a check of the candidate where the binding's backend
-//     was found last time (its ID string's pointer, remembered per shard and backend)
-//     plus one pass over the candidates counting those with that backend's hash or a
-//     zero Backend (two compares per candidate on the hash each Backend carries, no
-//     data-dependent branch), the backend's health state (one atomic load while all are
-//     Healthy, else cached per shard and backend until health.Set.Version changes), and
-//     a move to the front of the binding's LRU list. The move keeps eviction exact per
-//     shard (the model test pins it, ties included): the hit writes the shard's first
-//     line (lock, counters), its LRU list heads and three entries' links.
-//     SelectBackend and Acquire share one decision path; the hit is tried first, under
-//     the one lock acquisition the rest of the decision then continues with.
-//   - SelectBackend miss: 1 allocation (the stored key: 1 + len(tier) + len(sessionID)
-//     bytes, which also copies the caller's session ID); O(len(candidates)) HRW scores,
-//     plus one health lookup per candidate when the winner is not Healthy; two lock
-//     acquisitions. Nothing else allocates in the steady state: candidates of one weight
-//     are scored in place by hrw's own equal-weight loops (one mix each, of the premixed
-//     node hash and the weight bits each Backend carries), mixed weights are ranked from
-//     a stack copy (up to 64) or a pooled slice (more). Amortized growth (a shard's
-//     entry chunks and index, the pool after a GC, a shard's per-backend arrays) and the
-//     first binding to a backend new to the table (which copies its ID into the
-//     registry) allocate too.
-//   - Acquire + Lease.Done: SelectBackend's cost plus one atomic add per side, the writes
-//     that fill the caller's Lease and one atomic swap on it in Done (0 allocs). With load
-//     awareness on, a miss and a hit on a busy backend also read every candidate's load
-//     (O(len(candidates)) atomic loads, no sort; the hit does it under its shard lock); a
-//     hit on an idle backend reads one. The load records of a candidate list seen
-//     recently (recognised by its candidates' ID strings) come from one remembered array;
-//     other lists look each up (lock-free) and check duplicate IDs, and one walk in 16
-//     over lists not remembered stores its list (one allocation). A miss ranks in the
-//     same pass and stops there when the HRW winner is under the bound (the common
-//     case); only otherwise does it pass over the candidates again. Done with usage and load
-//     awareness on hashes the session ID and takes one shard lock.
-//   - OnBackendDown: O(bindings on the backend + shards); each shard is locked only while
-//     its own bindings to the backend are removed.
-//   - Lookup, Forget, ForgetIf: O(1); Len, Stats: O(shards); Sweep: see above.
-//   - Snapshot: O(bindings), one copy of them in memory; Restore: O(n log n) in the
-//     snapshot's records; it decodes as it reads (a 64 KiB buffer, never a copy of the
-//     input, and it stops at the first byte that cannot belong to a snapshot) and holds
-//     the records it will store while it verifies the rest of the input.
-//   - Memory: about 120 heap bytes per binding with 36-byte session IDs, key included
-//     (48 B entry + 48 B key allocation + 11-21 B of index). Entry chunks and the index
-//     are reused but not shrunk: memory stays at its high-water mark, bounded by the cap.
+// A SelectBackend hit: 0 allocs, one hash of the session ID, one clock read, one shard
+// lock, an index probe, a check of the candidates and a move to the front of the
+// binding's LRU list. A miss: 1 allocation (the stored key) and O(len(candidates)) HRW
+// scores. Acquire + Lease.Done: SelectBackend's cost plus three atomic read-modify-writes
+// (with load awareness, also the candidates' loads), 0 allocs. OnBackendDown: O(bindings
+// on the backend + shards). Memory: about 120 heap bytes per binding with 36-byte session
+// IDs, bounded by the cap. Each method's doc gives its cost;
+// what each path touches, in detail, is in docs/table-layout.md of the repository, the
+// measured figures in docs/benchmarks.md.
 //
 // # Layout
 //
