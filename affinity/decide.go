@@ -129,7 +129,7 @@ func (s *Scheduler) cacheLoad(slot *backendSlot) *backendLoad {
 // store refresh when due and reports the hit to the Recorder.
 func (s *Scheduler) honour(sh *shard, i uint32, e *entry, kh uint64, tier, boundID string, now int64) {
 	ttl := s.t.ttls[e.class]
-	refresh := s.store != nil && refreshDue(kh, e.lastUse, now, ttl)
+	refresh := s.store != nil && s.store.refreshDue(kh, e.lastUse, now, ttl)
 	sh.touch(i, e, now)
 	sh.c.hits++
 	sh.mu.Unlock()

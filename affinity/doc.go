@@ -344,11 +344,15 @@
 //     ("provisional binding replaced by the fleet's": tier, from, to), not counted as
 //     broken: no backend failed, the local copy was a guess made while the store was
 //     away, and the store error that made it is already counted. Bindings restored from
-//     a snapshot and Table.Bind's are not provisional. Not solved by confirmation: a
-//     binding this replica confirmed before a store outage is not asked again, so an
-//     invalidation it missed during the outage, or a store that came back empty and
-//     let another replica claim the session elsewhere, is corrected by that binding's
-//     next refresh (within TTL/8 of traffic), as before.
+//     a snapshot and Table.Bind's are not provisional. A binding this replica confirmed
+//     before a store outage is not confirmed again, but its first hit after the store is
+//     usable again refreshes it at once (not only at its TTL/8 boundary): an
+//     invalidation it missed during the outage, or a store that came back empty and let
+//     another replica claim the session elsewhere, is then found and the local copy
+//     dropped, so the session's next turn adopts the fleet's binding (one turn later
+//     than a provisional binding, whose confirmation is synchronous; one extra queued
+//     refresh per live binding per outage). An outage this replica never saw (no call of
+//     its own failed) still waits for the next refresh (within TTL/8 of traffic).
 //   - Config typos must not silently disable features: an unknown key anywhere in a
 //     JSON config (Config.UnmarshalJSON) is ErrInvalidConfig naming the key, even when the
 //     caller's decoder does not call DisallowUnknownFields, as a strict YAML decoder

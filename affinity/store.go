@@ -41,7 +41,8 @@ type StoreKey struct {
 // Store is a binding table shared by several Schedulers (gateway replicas), for example
 // package affinity/redisstore. The Scheduler's own table stays in front of it as the
 // near-cache: a local hit never calls the store (except [Store.Refresh], at most once per
-// TTL/8 per session, and the confirmation below); a local miss calls it once (Claim) and,
+// TTL/8 per session plus once on its first hit after a store error's retry interval, and
+// the confirmation below); a local miss calls it once (Claim) and,
 // only when the shared binding is broken in this replica's view, a second time (Rebind).
 // Values are backend IDs only.
 //
@@ -172,6 +173,21 @@ func refreshDue(kh uint64, prev, now, ttl int64) bool {
 	}
 	off := int64(kh % uint64(step))
 	return (prev+off)/step != (now+off)/step
+}
+
+// refreshDue reports whether a hit at now on a binding last used at prev refreshes it in
+// the store: at a refresh period boundary (refreshDue), or on its first hit since the
+// store became usable again after an error (prev before skipUntil, now at or past it).
+// A binding confirmed before an outage may have been bound elsewhere meanwhile (a move
+// whose invalidation was lost, or a store that restarted empty and took another
+// replica's claim); that refresh finds the other binding and drops the local copy
+// (Store.Refresh), so the session's next turn adopts the fleet's binding instead of
+// waiting up to TTL/8. One extra refresh per live binding per outage, queued. O(1).
+func (ss *storeState) refreshDue(kh uint64, prev, now, ttl int64) bool {
+	if su := ss.skipUntil.Load(); prev < su && su <= now {
+		return true
+	}
+	return refreshDue(kh, prev, now, ttl)
 }
 
 // decision is the outcome of consulting the store on a local miss.

@@ -83,9 +83,12 @@
 // (even empty) the refreshes of hits re-create the bindings made before the outage, and
 // where two replicas disagree about such a binding (a session claimed anew elsewhere
 // after Redis lost its data) the first refresh wins and the other replica adopts its
-// value on the session's next turn: that converges within one refresh period (TTL/8) of
-// traffic. Invalidations published while a replica was disconnected are lost; the same
-// refresh corrects that replica.
+// value on the session's next turn. A replica whose calls failed during the outage sends
+// that refresh on each binding's first hit after it (affinity.Store: one extra queued
+// refresh per live binding per outage), so it converges one turn later; a replica that
+// saw no failure waits for the binding's next refresh period (TTL/8) of traffic.
+// Invalidations published while a replica was disconnected are lost; the same refresh
+// corrects that replica.
 //
 // Check at startup with [Store.Ping] (bounded by dial_timeout_seconds): a server that
 // refuses the credentials or the database number gives an error wrapping [ErrRejected]
