@@ -73,7 +73,7 @@ var ErrRequest = errors.New("gateway: bad request")
 func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
 	rt := g.pin() // until the lease is taken (outstanding.go)
 	defer rt.life.users.Add(-1)
-	model, err := parseModel(r, body)
+	model, _, err := parseModel(r, body)
 	if err != nil {
 		status, code := bodyStatus(err)
 		return Decision{}, &RequestError{status, code, fmt.Errorf("%w: %w", ErrRequest, err)}

@@ -9,7 +9,8 @@ import (
 // validates it (RFC 8259 grammar; strings are not checked for valid UTF-8, as json.Valid
 // does not; at most maxJSONDepth nested objects and arrays, json.Valid's bound), and
 // when its top-level value is an object the members the gateway reads are located on
-// the way: "model" (requests), "usage" and "x_agent_serve" (responses). This replaces a
+// the way: "model", "stream" and "stream_options" (requests), "usage" and
+// "x_agent_serve" (responses). This replaces a
 // json.Valid pass followed by scans of the keys; encoding/json's validator steps a state
 // machine through a function call per byte, this one skips the bytes inside strings (most
 // of a chat body) eight at a time. FuzzScanJSON checks it against json.Valid and member.
@@ -19,8 +20,8 @@ import (
 const maxJSONDepth = 10000
 
 // topMembers is what scanJSON found at the top level of a JSON object: the raw value of
-// the last "model" and "usage" member (nil when absent) and whether an "x_agent_serve"
-// member exists. Keys are compared after unescaping (like member). The last of
+// the last "model", "usage", "stream" and "stream_options" member (nil when absent),
+// whether an "x_agent_serve" member exists, and where the object closes. Keys are compared after unescaping (like member). The last of
 // duplicate keys wins, as in encoding/json (json.Unmarshal) and
 // Python's json (vLLM): a body {"model":"x","model":"big"} is routed as "big", the model
 // the backend serves.
@@ -29,6 +30,11 @@ type topMembers struct {
 	model []byte // raw value of the last top-level "model", nil if none
 	usage []byte // raw value of the last top-level "usage", nil if none
 	meta  bool   // a top-level MetadataKey member exists
+
+	stream       []byte // raw value of the last top-level "stream", nil if none
+	streamOpts   []byte // raw value of the last top-level "stream_options", nil if none
+	streamOptsAt int    // index of streamOpts in the document
+	close        int    // index of the object's closing '}'
 }
 
 // Keys scanJSON records, by index.
@@ -37,6 +43,8 @@ const (
 	keyModel
 	keyUsage
 	keyMeta
+	keyStream
+	keyStreamOpts
 )
 
 // topKey classifies a top-level key by its raw (still escaped) bytes.
@@ -49,6 +57,10 @@ func topKey(raw []byte) int {
 			return keyUsage
 		case keyIs(raw, MetadataKey):
 			return keyMeta
+		case keyIs(raw, "stream"):
+			return keyStream
+		case keyIs(raw, "stream_options"):
+			return keyStreamOpts
 		}
 		return keyOther
 	}
@@ -59,6 +71,10 @@ func topKey(raw []byte) int {
 		return keyUsage
 	case MetadataKey:
 		return keyMeta
+	case "stream":
+		return keyStream
+	case "stream_options":
+		return keyStreamOpts
 	}
 	return keyOther
 }
@@ -88,6 +104,9 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 			}
 			i = skipWS(b, i+1)
 			if i < len(b) && b[i] == c+2 { // '}' or ']': empty, a complete value
+				if depth == 0 {
+					top.close = i
+				}
 				i++
 				break
 			}
@@ -148,6 +167,10 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 					top.usage = b[valStart:i]
 				case keyMeta:
 					top.meta = true
+				case keyStream:
+					top.stream = b[valStart:i]
+				case keyStreamOpts:
+					top.streamOpts, top.streamOptsAt = b[valStart:i], valStart
 				}
 				key = keyOther
 			}
@@ -180,6 +203,8 @@ func scanJSON(b []byte) (top topMembers, obj, valid bool) {
 			i++
 			if depth--; depth > 0 {
 				inObj = kinds[(depth-1)/64]&(1<<(uint(depth-1)%64)) != 0
+			} else {
+				top.close = i - 1
 			}
 		}
 	}

@@ -29,7 +29,7 @@ func checkScan(t *testing.T, data []byte) {
 	for _, m := range []struct {
 		key string
 		got []byte
-	}{{"model", top.model}, {"usage", top.usage}} {
+	}{{"model", top.model}, {"usage", top.usage}, {"stream", top.stream}, {"stream_options", top.streamOpts}} {
 		v, found := member(data, i, m.key)
 		if found != (m.got != nil) || !bytes.Equal(v, m.got) {
 			t.Fatalf("scanJSON(%q): %s = %q, member says %q (found %v)", data, m.key, m.got, v, found)
@@ -42,11 +42,17 @@ func checkScan(t *testing.T, data []byte) {
 	for _, m := range []struct {
 		key string
 		got []byte
-	}{{"model", top.model}, {"usage", top.usage}} {
+	}{{"model", top.model}, {"usage", top.usage}, {"stream", top.stream}, {"stream_options", top.streamOpts}} {
 		v, found := ref[m.key]
 		if found != (m.got != nil) || !bytes.Equal(v, m.got) {
 			t.Fatalf("scanJSON(%q): %s = %q, encoding/json says %q (found %v)", data, m.key, m.got, v, found)
 		}
+	}
+	if o := top.streamOpts; o != nil && cap(data)-top.streamOptsAt != cap(o) {
+		t.Fatalf("scanJSON(%q): stream_options at %d, its value at %d", data, top.streamOptsAt, cap(data)-cap(o))
+	}
+	if data[top.close] != '}' || skipWS(data, top.close+1) != len(data) {
+		t.Fatalf("scanJSON(%q): close %d is not the object's '}'", data, top.close)
 	}
 	if _, found := member(data, i, MetadataKey); found != top.meta {
 		t.Fatalf("scanJSON(%q): meta %v, member says %v", data, top.meta, found)
@@ -64,6 +70,8 @@ var scanCases = []string{
 	`{"x_agent_serve":{}}`, `{"a":[{"x_agent_serve":1}]}`, `{"x_agent_serv\u0065":true}`, `{"model":[],"usage":{}}`,
 	"{\"a\":\"line\nbreak\"}", "{\t\"model\"\r\n:\n\"m\" }", `{"a":1}x`, `{"a":1}}`, `[{"model":"m"}]`,
 	`{"model":"0123456789abcdef0123456789abcdef\\"}`, `{"k":"0123456789abcdef0123456789abcde"}`,
+	`{"stream":true,"stream_options":{"include_usage":true}}`, `{"stream":true,"stream":false,"stream_options":null}`,
+	`{"stre\u0061m":1,"a":{"stream":2}, "stream_options" : [] }`, ` {  } `,
 }
 
 func TestScanJSON(t *testing.T) {

@@ -28,39 +28,40 @@ func jsonBody(r *http.Request, body []byte) bool {
 // parseModel extracts the "model" of a JSON request body. The body of a POST request
 // must be a JSON object (an empty body is not one) when its Content-Type is JSON, or
 // when its path is a JSON endpoint (isJSONEndpoint) and it is not multipart, or when its
-// Content-Type is absent and it has a body; other requests are not inspected.
-func parseModel(r *http.Request, body []byte) (string, error) {
+// Content-Type is absent and it has a body; other requests are not inspected. top is
+// what the scan of such a body found (the stream_usage rewrite reads it: streamusage.go);
+// its close is 0 for a request whose body was not read as a JSON object.
+func parseModel(r *http.Request, body []byte) (model string, top topMembers, err error) {
 	if !jsonBody(r, body) {
-		return "", nil
+		return "", top, nil
 	}
 	if ce := contentCoding(r.Header); ce != "" {
-		return "", &contentEncodingError{encoding: ce}
+		return "", top, &contentEncodingError{encoding: ce}
 	}
 	if len(body) == 0 {
-		return "", errors.New("malformed JSON request body: empty body")
+		return "", top, errors.New("malformed JSON request body: empty body")
 	}
 	if top, obj, _ := scanJSON(body); obj {
 		// The last top-level "model" (exact key after unescaping, as vLLM reads it): a
 		// plain string needs no decoding; one with escapes is decoded alone.
 		switch v := top.model; {
 		case v == nil || string(v) == "null":
-			return "", nil
+			return "", top, nil
 		case len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0:
-			return string(v[1 : len(v)-1]), nil
+			return string(v[1 : len(v)-1]), top, nil
 		default:
-			var model string
 			if err := json.Unmarshal(v, &model); err != nil {
-				return "", fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", v)
+				return "", topMembers{}, fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", v)
 			}
-			return model, nil
+			return model, top, nil
 		}
 	}
 	// Not a JSON object: encoding/json names what is wrong.
 	var req any
 	if err := json.Unmarshal(body, &req); err != nil {
-		return "", fmt.Errorf("malformed JSON request body: %v", err)
+		return "", top, fmt.Errorf("malformed JSON request body: %v", err)
 	}
-	return "", fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", jsonKind(req))
+	return "", top, fmt.Errorf("malformed JSON request body: must be a JSON object, got %s", jsonKind(req))
 }
 
 // jsonKind names the kind of a decoded JSON value as encoding/json's errors do.

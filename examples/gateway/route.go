@@ -76,7 +76,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	defer g.limits.reqs.Add(-1)
 
-	model, err := parseModel(r, body)
+	model, _, err := parseModel(r, body)
 	if err != nil {
 		status, code := bodyStatus(err)
 		if status == http.StatusUnsupportedMediaType {
