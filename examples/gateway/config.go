@@ -146,6 +146,17 @@ type Config struct {
 	// Nil means true; false leaves every body untouched (streamed through as it comes),
 	// and the X-Agent-Serve-* headers still say where the request went. Reloadable.
 	InjectMetadata *bool `yaml:"inject_metadata"`
+	// StreamUsage makes streamed chat/completions and completions turns report their
+	// usage to load awareness when the client did not ask for it: a POST to
+	// .../chat/completions or .../completions whose JSON body has "stream": true and
+	// does not ask for "stream_options": {"include_usage": true} is sent to the backend
+	// asking for it (one member added or set, every other byte kept), and the usage-only
+	// chunk the backend then ends the stream with is read for the lease and not
+	// forwarded, so the client gets the stream it asked for. A client that asked itself
+	// gets its stream untouched. The rules and decisions: streamusage.go and the README.
+	// Default false (a backend that rejects stream_options would answer 400). Reloadable:
+	// a request uses the setting of the configuration it started with.
+	StreamUsage bool `yaml:"stream_usage"`
 	// OutlierDetection configures passive ejection of failing backends (see
 	// [OutlierConfig]); omitted keys take its defaults.
 	OutlierDetection OutlierConfig `yaml:"outlier_detection"`

@@ -155,6 +155,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"backend id with NUL", "backends: [{id: \"a\\0b\", url: 'http://h:1'}]\n", gateway.ErrBackendID, []string{"backends[0].id", `control byte '\x00' at offset 1`}},
 		{"backend id with a newline", "backends: [{id: \"a\\nb\", url: 'http://h:1'}]\n", gateway.ErrBackendID, []string{"backends[0].id", `control byte '\n'`}},
 		{"budget without room for the salted copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "tenant.cache_salt"}},
+		{"budget without room for the stream_usage copy", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 2097152}\nstream_usage: true\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 2097152", "2 x max_body_bytes + 64 (2097216)", "stream_usage on"}},
+		{"budget without room for both copies", "max_body_bytes: 1048576\nlimits: {max_inflight_bytes: 3145728}\nstream_usage: true\ntenant: {api_key: true, cache_salt: true}\n" + minimal, gateway.ErrLimitsConfig, []string{"limits.max_inflight_bytes: 3145728", "3 x max_body_bytes + 128 (3145856)", "tenant.cache_salt and stream_usage on"}},
 		{"model tier too long", "model_tiers: {m: " + strings.Repeat("t", 256) + "}\n" + minimal, gateway.ErrTierName, []string{`model_tiers["m"]`, "256 bytes (max 255)"}},
 		{"backend tier too long", "backends: [{id: a, url: 'http://127.0.0.1:1', tier: " + strings.Repeat("t", 256) + "}]\n", gateway.ErrTierName, []string{"backends[0].tier", `"a"`, "256 bytes (max 255)"}},
 		{"health path", "health: {path: health}\n" + minimal, gateway.ErrHealthConfig, []string{"health.path", "health"}},
@@ -302,6 +304,7 @@ func TestLoadConfigShippedExample(t *testing.T) {
 	assert.Equal(t, 2.5, cfg.Affinity.Load.RetentionGuardFactor)
 	assert.Equal(t, 0.001, cfg.Affinity.Load.ColdCacheRatio)
 	assert.Equal(t, int64(4096), cfg.Affinity.Load.MinRequestCost, "the shipped config sets the per-request floor")
+	assert.True(t, cfg.StreamUsage, "the shipped config asks streams for their usage")
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	g.Close()

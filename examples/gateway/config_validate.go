@@ -229,21 +229,35 @@ func (c Config) Validate() error {
 // "cache_salt":"<22-character salt>", (38 bytes), rounded up.
 const saltedExtra = 64
 
+// streamUsageExtra bounds what the stream_usage rewrite adds to a body: at most
+// ,"stream_options":{"include_usage":true} (40 bytes), rounded up.
+const streamUsageExtra = 64
+
 // minInflightBytes is the smallest limits.max_inflight_bytes with which a request of
-// max_body_bytes fits an idle gateway, and what it is made of: the body, and with
-// tenant.cache_salt also the salted copy the request holds beside it (decision: such a
-// configuration is refused at load, where a request that can never fit would get 503
-// overloaded with Retry-After for ever).
+// max_body_bytes fits an idle gateway, and what it is made of: the body, and beside it
+// the copies the request may hold — with stream_usage the one that asks for the usage,
+// with tenant.cache_salt the salted one (decision: such a configuration is refused at
+// load, where a request that can never fit would get 503 overloaded with Retry-After
+// for ever).
 func (c Config) minInflightBytes() (int64, string) {
 	n := c.MaxBodyBytes
-	if !c.Tenant.CacheSalt {
+	copies, extra, what := int64(1), int64(0), ""
+	switch {
+	case c.Tenant.CacheSalt && c.StreamUsage:
+		copies, extra = 3, saltedExtra+streamUsageExtra
+		what = "tenant.cache_salt and stream_usage on: a streamed salted request holds its body, the copy that asks for its usage and the salted copy"
+	case c.Tenant.CacheSalt:
+		copies, extra, what = 2, saltedExtra, "tenant.cache_salt on: a salted request holds its body and the salted copy"
+	case c.StreamUsage:
+		copies, extra, what = 2, streamUsageExtra, "stream_usage on: a streamed request holds its body and the copy that asks for its usage"
+	default:
 		return n, fmt.Sprintf("max_body_bytes (%d)", n)
 	}
 	need := int64(math.MaxInt64)
-	if n <= (math.MaxInt64-saltedExtra)/2 {
-		need = 2*n + saltedExtra
+	if n <= (math.MaxInt64-extra)/copies {
+		need = copies*n + extra
 	}
-	return need, fmt.Sprintf("2 x max_body_bytes + %d (%d) with tenant.cache_salt on: a salted request holds its body and the salted copy", saltedExtra, need)
+	return need, fmt.Sprintf("%d x max_body_bytes + %d (%d) with %s", copies, extra, need, what)
 }
 
 // SessionIDBytesCap is the largest affinity.max_session_id_bytes accepted (65,511):

@@ -13,7 +13,8 @@ import (
 // cancel, a backend error — with the usage the backend reported: the "usage" object of a
 // JSON response (found in its last 4 KiB when the body streams through unread), or of the
 // last SSE chunk that carries one (vLLM sends it when the client asks for
-// stream_options.include_usage), read in the shape of the endpoint (usage_api.go:
+// stream_options.include_usage, or the gateway in its place: stream_usage,
+// streamusage.go), read in the shape of the endpoint (usage_api.go:
 // chat/completions and completions, the Responses API, the Anthropic Messages API). Its
 // cached count is passed as reported (affinity.DoneInfo.CacheReported) only when it is
 // there (usage.prompt_tokens_details.cached_tokens on chat/completions): vLLM sends it

@@ -17,7 +17,7 @@ import (
 // What bounds the gateway's memory: request bodies and buffered responses are charged
 // to max_inflight_bytes (a body as it arrives: its buffer starts at min(Content-Length,
 // 64 KiB), 512 bytes when the length is unknown, and each doubling is charged before it
-// is made; the tenant.cache_salt copy of a body, by its length, before it is made; a non-streaming JSON response buffered for the x_agent_serve object, before
+// is made; the stream_usage and tenant.cache_salt copies of a body, by their length, before they are made; a non-streaming JSON response buffered for the x_agent_serve object, before
 // it is read, by twice its length, or 2 x 16 MiB when unknown); a request that does not
 // fit gets a JSON 503 "overloaded" with Retry-After, a response that does not fit passes through unbuffered (without the
 // x_agent_serve object). max_inflight_requests (requests whose body is in) and

@@ -76,7 +76,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	defer g.limits.reqs.Add(-1)
 
-	model, _, err := parseModel(r, body)
+	model, top, err := parseModel(r, body)
 	if err != nil {
 		status, code := bodyStatus(err)
 		if status == http.StatusUnsupportedMediaType {
@@ -93,6 +93,11 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	tier, err := rt.tier(r, model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
+		return
+	}
+	// stream_usage: the copy is charged like the body (released with the request).
+	if body, st.askedUsage, err = rt.streamUsageBody(r, body, top, func(n int64) bool { return g.reserve(st, n) }); err != nil {
+		g.overloaded(w, rt, "request bytes in flight exceed limits.max_inflight_bytes")
 		return
 	}
 	if tenant := rt.tenantOf(r); tenant != "" {
@@ -195,6 +200,9 @@ type route struct {
 	in      *http.Request
 	allow   func(id string) bool // nil: every backend of the tier is a candidate (see Decide)
 	body    []byte               // the request body, read in full
+	// askedUsage: stream_usage added stream_options.include_usage to body, so the
+	// usage-only event is taken out of the response stream (streamusage.go).
+	askedUsage bool
 
 	mu      sync.Mutex
 	backend *backend

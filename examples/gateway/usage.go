@@ -46,19 +46,25 @@ type leaseBody struct {
 	json  bool   // a JSON body streamed through: keep its tail
 	tail  []byte // the last up to 2 x maxJSONTail bytes of it
 	err   error  // first read error other than EOF
+
+	drop usageDrop // stream_usage: the usage-only event is taken out (usagedrop.go)
 }
 
 // maxJSONTail is how much of the end of a streamed-through JSON body is kept to find its
 // "usage" object (OpenAI-compatible servers put it last; it is a few hundred bytes).
 const maxJSONTail = 4096
 
-func (b *leaseBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if b.sse && n > 0 {
-		b.scan(p[:n])
-	}
-	if b.json && n > 0 {
-		b.keepTail(p[:n])
+func (b *leaseBody) Read(p []byte) (n int, err error) {
+	if b.drop.on {
+		n, err = b.readDropping(p)
+	} else {
+		n, err = b.ReadCloser.Read(p)
+		if b.sse && n > 0 {
+			b.scan(p[:n])
+		}
+		if b.json && n > 0 {
+			b.keepTail(p[:n])
+		}
 	}
 	if err != nil {
 		if err != io.EOF {
@@ -177,6 +183,11 @@ func wrapLease(st *route, resp *http.Response, u *usage) {
 		b.u = *u
 	} else if mt == "application/json" {
 		b.json = true // streamed through (inject_metadata off, or too large): scan its tail
+	}
+	if st.askedUsage && b.sse { // the gateway asked for the usage chunk: take it out
+		b.drop = usageDrop{on: true}
+		resp.ContentLength = -1
+		delete(resp.Header, "Content-Length")
 	}
 	resp.Body = b
 }
