@@ -59,7 +59,9 @@
 //     none of it charged; BenchmarkServeHTTPCacheSalt). So with cache_salt on,
 //     limits.max_inflight_bytes must hold 2 x max_body_bytes + 64 (a body and its
 //     salted copy), checked at load: a request that could never fit would otherwise
-//     get 503 with Retry-After for ever. A body not read as JSON (multipart: the rule
+//     get 503 with Retry-After for ever (with stream_usage on too, 3 x max_body_bytes
+//     + 128: the body, the copy that asks for its usage, the salted copy; stream_usage
+//     alone: 2 x max_body_bytes + 64). A body not read as JSON (multipart: the rule
 //     of step 3's model read) is not salted.
 //     A session, parent session, tier or tenant header (Authorization too with
 //     tenant.api_key) sent more than once with values that differ (spaces trimmed) is a JSON 400 conflicting_header naming the header,
@@ -118,7 +120,8 @@
 // inserted as their first member (see [InjectMetadata]; inject_metadata: false turns
 // this off and leaves every body untouched); other responses, in
 // particular text/event-stream, pass through untouched and unbuffered (ReverseProxy
-// flushes every write of a streaming response). Errors use the OpenAI shape
+// flushes every write of a streaming response; with stream_usage, the one event the
+// gateway asked for in the client's place is taken out, see streamusage.go). Errors use the OpenAI shape
 // {"error":{"message","type","code"}}.
 //
 // # Cost per request
@@ -297,7 +300,10 @@
 // before: they have no placement outcome). The lease is released when the response body
 // has been copied and closed — the end of a JSON response or SSE stream, a client
 // cancel, a backend error — with the usage of the JSON body or of the last SSE chunk
-// carrying one. A retry on another backend
+// carrying one. A chat/completions or completions stream carries it only when the
+// request asks (stream_options.include_usage); with stream_usage on, the gateway asks
+// for clients that do not and takes the usage-only chunk back out of their stream
+// (streamusage.go). A retry on another backend
 // releases the failed attempt's lease first (Done with the attempt's error) and then
 // leases the backend it goes to, so its outstanding load and its usage are booked there,
 // and X-Agent-Serve-Backend, X-Agent-Serve-Affinity-Hit and X-Agent-Serve-Outcome describe
