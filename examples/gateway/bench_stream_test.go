@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,18 +20,44 @@ import (
 // flushing and read deadlines as net/http's does (so that only the gateway's own work is
 // counted).
 func BenchmarkServeHTTPStream(b *testing.B) {
+	g := transportGateway(b, "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n", streamBackend{streamEvents()})
+	reqBody := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":8,` +
+		`"messages":[{"role":"user","content":"run the tests"}]}`)
+	streamLoop(b, g, reqBody)
+}
+
+// BenchmarkServeHTTPStreamUsage: BenchmarkServeHTTPStream for a client that does not ask
+// for the usage, with stream_usage off (the request and the stream pass as they are) and
+// on (the request is rewritten to ask, and the usage chunk is taken out of the stream).
+func BenchmarkServeHTTPStreamUsage(b *testing.B) {
+	reqBody := []byte(`{"model":"m","stream":true,"max_tokens":8,` +
+		`"messages":[{"role":"user","content":"run the tests"}]}`)
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			g := transportGateway(b, fmt.Sprintf("stream_usage: %v\nbackends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n"+
+				"  - {id: b1, url: \"http://127.0.0.1:10\"}\n", on), streamBackend{streamEvents()})
+			streamLoop(b, g, reqBody)
+		})
+	}
+}
+
+// streamEvents is the canned stream: 8 content chunks, the usage chunk vLLM sends with
+// stream_options.include_usage, then [DONE].
+func streamEvents() [][]byte {
 	var events [][]byte
 	for i := range 8 {
 		events = append(events, []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m",`+
 			`"choices":[{"index":0,"delta":{"content":"tok`+strings.Repeat("x", i)+`"},"finish_reason":null}]}`+"\n\n"))
 	}
-	events = append(events,
+	return append(events,
 		[]byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[],`+
 			`"usage":{"prompt_tokens":812,"completion_tokens":8,"total_tokens":820}}`+"\n\n"),
 		[]byte("data: [DONE]\n\n"))
-	g := transportGateway(b, "backends:\n  - {id: b0, url: \"http://127.0.0.1:9\"}\n  - {id: b1, url: \"http://127.0.0.1:10\"}\n", streamBackend{events})
-	reqBody := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":8,` +
-		`"messages":[{"role":"user","content":"run the tests"}]}`)
+}
+
+// streamLoop posts reqBody as session-1's streaming chat completion to g on every
+// iteration of b (allocations reported).
+func streamLoop(b *testing.B, g *gateway.Gateway, reqBody []byte) {
 	w := &flushWriter{h: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
