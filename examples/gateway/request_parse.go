@@ -50,10 +50,11 @@ func parseModel(r *http.Request, body []byte) (model string, top topMembers, err
 		case len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0:
 			return string(v[1 : len(v)-1]), top, nil
 		default:
-			if err := json.Unmarshal(v, &model); err != nil {
+			var m string // not the named result: taking its address would allocate it on every call
+			if err := json.Unmarshal(v, &m); err != nil {
 				return "", topMembers{}, fmt.Errorf("malformed JSON request body: \"model\" must be a string, got %s", v)
 			}
-			return model, top, nil
+			return m, top, nil
 		}
 	}
 	// Not a JSON object: encoding/json names what is wrong.

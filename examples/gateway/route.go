@@ -95,10 +95,12 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
 		return
 	}
-	// stream_usage: the copy is charged like the body (released with the request).
-	if body, st.askedUsage, err = rt.streamUsageBody(r, body, top, func(n int64) bool { return g.reserve(st, n) }); err != nil {
-		g.overloaded(w, rt, "request bytes in flight exceed limits.max_inflight_bytes")
-		return
+	if rt.cfg.StreamUsage { // streamusage.go
+		// The copy is charged like the body (released with the request).
+		if body, st.askedUsage, err = rt.streamUsageBody(r, body, top, func(n int64) bool { return g.reserve(st, n) }); err != nil {
+			g.overloaded(w, rt, "request bytes in flight exceed limits.max_inflight_bytes")
+			return
+		}
 	}
 	if tenant := rt.tenantOf(r); tenant != "" {
 		// Scope the binding by tenant: another tenant sending the same session (or
