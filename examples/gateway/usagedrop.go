@@ -21,6 +21,7 @@ type usageDrop struct {
 	endCR   bool   // ... and that line was blank: an event ended on it
 	dropLF  bool   // ... and that event was dropped: an LF right after the CR goes with it
 	over    bool   // the current event outgrew maxHeldEvent: forwarded as it comes
+	lines   int    // lines with content the current event has had so far
 }
 
 // readDropping is leaseBody.Read with the filter on: it reads the backend into p after
@@ -91,14 +92,16 @@ func (d *usageDrop) filter(buf []byte, from int) (w int) {
 		d.cr, d.endCR, d.dropLF = c == '\r', false, false
 		if d.content { // a line ended
 			d.content = false
+			d.lines++
 			continue
 		}
-		// A blank line: the event ends at i.
-		keep := d.over || !usageOnlyEvent(buf[ev:i])
+		// A blank line: the event ends at i. One line: the event is that line and the
+		// ends of it and of the blank line.
+		keep := d.over || d.lines != 1 || !usageOnlyLine(bytes.TrimRight(buf[ev:i], "\r\n"))
 		if keep {
 			w += copy(buf[w:], buf[ev:i])
 		}
-		d.over, d.endCR, d.dropLF = false, c == '\r', c == '\r' && !keep
+		d.over, d.endCR, d.dropLF, d.lines = false, c == '\r', c == '\r' && !keep, 0
 		ev = i
 	}
 	if d.over || len(buf)-ev > maxHeldEvent {
@@ -111,21 +114,12 @@ func (d *usageDrop) filter(buf []byte, from int) (w int) {
 	return w
 }
 
-// usageOnlyEvent reports whether ev, a complete event (its lines and the blank line that
-// ends it), is the usage-only chunk of an OpenAI-style stream: one "data:" line whose
-// JSON is an object with "choices" [] and a "usage" that is not null (the last of
-// duplicate keys). Cost: a scan of the data when it mentions "usage"; 0 allocs.
-func usageOnlyEvent(ev []byte) bool {
-	k := bytes.IndexAny(ev, "\r\n")
-	if k < 0 {
-		return false
-	}
-	for _, c := range ev[k:] { // the line's end and the blank line's: nothing else
-		if c != '\r' && c != '\n' {
-			return false
-		}
-	}
-	data, ok := bytes.CutPrefix(ev[:k], []byte("data:"))
+// usageOnlyLine reports whether line, the one line of an event (without its end), is
+// the usage-only chunk of an OpenAI-style stream: a "data:" line whose JSON is an object
+// with "choices" [] and a "usage" that is not null (the last of duplicate keys). Cost: a
+// search for "usage" in the line, and a scan of it when found; 0 allocs.
+func usageOnlyLine(line []byte) bool {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
 		return false
 	}

@@ -135,6 +135,21 @@ func TestUsageDropLongEvent(t *testing.T) {
 	}
 }
 
+// usageOnlyEvent is the reference of the filter's test on a complete event ev (its
+// lines and the blank line that ends it): one line, the usage-only chunk.
+func usageOnlyEvent(ev []byte) bool {
+	k := bytes.IndexAny(ev, "\r\n")
+	if k < 0 {
+		return false
+	}
+	for _, c := range ev[k:] { // the line's end and the blank line's: nothing else
+		if c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return usageOnlyLine(ev[:k])
+}
+
 // refDrop splits data into events (lines ended by LF, CRLF or CR; an event ends with a
 // blank line, its line ends included) and drops the usage-only ones; a last event left
 // unfinished is kept (unfinished).
