@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,11 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/examples/fakevllm"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -233,3 +236,32 @@ func TestStreamUsageRetry(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Against fakevllm, which sends the usage chunk only when asked (as vLLM does): with
+// stream_usage a client that does not ask gets no usage chunk and its second turn (a
+// hit) books the prompt and cached tokens; without it, nothing is booked.
+func TestStreamUsageFakeVLLM(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream_usage=%v", on), func(t *testing.T) {
+			srv, err := fakevllm.New(fakevllm.Config{ID: "v0", DefaultMaxTokens: 3},
+				fakevllm.WithSleep(func(ctx context.Context, _ time.Duration) error { return ctx.Err() }))
+			require.NoError(t, err)
+			ts := httptest.NewServer(srv)
+			t.Cleanup(ts.Close)
+			g, err := gateway.New(gateway.Config{Health: gateway.HealthConfig{Enabled: new(false)}, StreamUsage: on,
+				Backends: []gateway.BackendConfig{{ID: "v0", URL: ts.URL}}})
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("run the tests ", 200) + `"}]}`
+			for range 2 {
+				rec := do(t, g, "/v1/chat/completions", body, map[string]string{"X-Session-ID": "s1"})
+				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+				assert.NotContains(t, rec.Body.String(), `"usage"`, "no usage chunk for a client that did not ask")
+				assert.True(t, strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n"))
+			}
+			reuse := g.Scheduler().Reuse("")
+			assert.Equal(t, on, reuse.PromptTokens > 0, "the hit's usage booked: %+v", reuse)
+			assert.Equal(t, on, reuse.CachedPromptTokens > 0, "its cached prefix: %+v", reuse)
+		})
+	}
+}
