@@ -92,10 +92,11 @@ type grant struct {
 // drain model that prefix is what the backend's learned retention keeps after the
 // binding's idle time), grp, the guard's reprefill estimate, and stay = true when the
 // binding stays without looking at other candidates: spill is disabled, or the backend's
-// wait (its load without min_request_cost's floor) is at most spill_cost_weight x grp
-// (the guard needs wait(bound) - wait(target) > w x grp with wait(target) >= 0), or grp
-// is 0 and the backend is idle (an idle backend is never overloaded): guardStays. O(1):
-// the backend's load record (cached in its slot) and its atomics.
+// wait (its load without min_request_cost's floor and the drain model's per-request
+// time) is at most spill_cost_weight x grp (the guard needs wait(bound) - wait(target)
+// > w x grp with wait(target) >= 0), or grp is 0 and the backend is idle (an idle
+// backend is never overloaded): guardStays. O(1): the backend's load record (cached in
+// its slot) and its atomics.
 func (s *Scheduler) stays(e *entry, slot *backendSlot, units, now int64) (g grant, grp int64, stay bool) {
 	bl := s.loadOf(slot)
 	rp := reprefill(e, units)

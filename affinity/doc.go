@@ -98,7 +98,10 @@
 //     now in prompt tokens (time / perToken), at most the open leases' charges plus their
 //     per-request time. So a request whose prefill the backend has had the time to do
 //     stops counting while its answer still streams. Every Lease.Done re-anchors the
-//     horizon to now + the work of the leases still open (0 when none is).
+//     horizon to now + the work of the leases still open (0 when none is). Rule 17's wait
+//     reads the same horizon at most at the charges: the per-request time (decoding) may
+//     hold it up, not lift it above them (a request decoding in a batch slot holds back
+//     no new prefill).
 //     14b. Service model: perRequest (time.Duration; decoding and overhead of an average
 //     request) and perToken (engine time per uncached prompt token) are a least-squares
 //     fit of each request's service time — its Done time minus the later of its Acquire
@@ -159,7 +162,8 @@
 //  17. Spill: a hit whose backend is over its bound moves to the first backend ranked
 //     after it in the session's ranking that is under its own, only when wait(bound) -
 //     wait(target) > spill_cost_weight x reprefill, where wait is the load of rule 14
-//     without rule 14e's floor (prompt tokens of queued prefill, before this request;
+//     without rule 14e's floor and, with the drain model, at most the charges (rule 14a:
+//     no per-request time) (prompt tokens of queued prefill, before this request;
 //     raw, not per weight: it is the work this request would queue behind; a hit whose
 //     backend's wait is at most spill_cost_weight x reprefill stays without looking at
 //     the other candidates) and reprefill the prefix the move throws

@@ -109,6 +109,25 @@ func (b *backendLoad) remaining(p *loadParams, now, n, l int64) int64 {
 	return satLoad(min(math.Ceil(float64(f-now)/tk), float64(l)+float64(n)*rq/tk))
 }
 
+// undrained returns the part of the open leases' charges l not yet drained at now, in
+// prompt tokens: the horizon's distance from now (time / ns per token), at most l. It is
+// remaining without the per-request time, the spill guard's wait (rules 14a and 17): that
+// time (decoding and overhead) may keep the horizon ahead of now for as long as the open
+// requests decode, but it lifts the wait no higher than the charges, so a backend
+// decoding requests whose prefill is done or cached does not look as if it queued
+// prefill. l > 0.
+func (b *backendLoad) undrained(p *loadParams, now, l int64) int64 {
+	f := b.dr.fin.Load()
+	if f <= now {
+		return 0
+	}
+	_, tk := b.model(p)
+	if x := math.Ceil(float64(f-now) / tk); x < float64(l) {
+		return int64(x)
+	}
+	return l
+}
+
 // satLoad converts a load in prompt tokens to int64, saturating at MaxLoadView (a float64
 // beyond the int64 range must not be converted: the result is implementation-defined).
 func satLoad(x float64) int64 {

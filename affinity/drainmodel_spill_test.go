@@ -163,3 +163,87 @@ func TestDrainSpillFollowsTheViewNotTheLastReport(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainGuardWaitIsTheCharges (spillnoq, rule 17's wait under rule 14a): a backend X
+// that has learned a per-request time (50 ms per request, 10,000 tokens/s) decodes four
+// requests whose prefill was cached (charged 100 tokens each) while its peer is idle. Its
+// view (the bound) counts their per-request time, ~2,400 tokens, so X is over the bound;
+// its wait counts only their charges (400 tokens), which a session with a 320-token
+// prefix (5 x 320 = 1,600) does not give up its cache for: the binding stays. Queued
+// prefill (four misses of 3,000 tokens) still moves it, and drained work leaves the wait.
+func TestDrainGuardWaitIsTheCharges(t *testing.T) {
+	const (
+		perRequest = 50 * time.Millisecond
+		rate       = 10000 // tokens/s
+		open       = 4
+	)
+	cases := []struct {
+		name   string
+		charge int64         // each open request's cost (a miss: charged in full)
+		since  time.Duration // since the open requests were leased
+		view   int64         // X's view at the hit
+		moves  bool
+		reason string
+	}{
+		{"decoding cached requests", 100, 0, open * (100 + 500), false,
+			"wait 400 (the charges) <= 5 x 320: a request decoding in a batch slot holds back no new prefill"},
+		{"queued prefill", 3000, 0, open * (3000 + 500), true,
+			"wait 12,000 - 0 > 5 x 320: the queued prefill outweighs the prefix"},
+		{"queued prefill, mostly drained", 3000, 1300 * time.Millisecond, 1000, false,
+			"1.3 s of 1.4 s done: the wait (1,000 tokens of horizon) <= 1,600"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clk := newSched(t, gatewayLoad(true))
+			b := backendsN(2)
+			x := b[1].ID()
+			service := func(tokens int64) time.Duration {
+				return perRequest + time.Duration(tokens)*time.Second/rate
+			}
+			// Teach X its service model: requests of different sizes, one at a time.
+			for i := range 200 {
+				l := new(affinity.Lease)
+				tokens := int64(500 + 100*(i%40))
+				require.NoError(t, s.LeaseBackend(b[1], tokens, l))
+				clk.Advance(service(tokens))
+				l.Done(affinity.DoneInfo{PromptTokens: tokens, CacheReported: true})
+			}
+			m := s.Drain(x)
+			require.InEpsilon(t, rate, m.TokensPerSecond, 0.01, "%+v", m)
+			require.InDelta(t, float64(perRequest), float64(m.PerRequest), float64(time.Millisecond), "%+v", m)
+			require.Zero(t, m.CacheRetention)
+
+			// A session bound to X whose last turn reported a 300-token prompt.
+			session := sessionsOn(b, 1, 1, "s")[0]
+			l, err := acquire(s, session, "", b, 300)
+			require.NoError(t, err)
+			require.Equal(t, x, l.Backend.ID())
+			clk.Advance(service(300))
+			l.Done(affinity.DoneInfo{PromptTokens: 300, CacheReported: true})
+			clk.Advance(time.Second)
+
+			held := make([]*affinity.Lease, open)
+			for i := range held {
+				held[i] = new(affinity.Lease)
+				require.NoError(t, s.LeaseBackend(b[1], tc.charge, held[i]))
+			}
+			clk.Advance(tc.since)
+			assert.InDelta(t, tc.view, s.LoadView(x), 2, "X's view keeps the per-request time")
+			assert.Zero(t, s.LoadView(b[0].ID()))
+
+			l, err = acquire(s, session, "", b, 350)
+			require.NoError(t, err)
+			if tc.moves {
+				assert.Equal(t, affinity.OutcomeSpill, l.Outcome, tc.reason)
+				assert.Equal(t, b[0].ID(), l.Backend.ID(), tc.reason)
+			} else {
+				assert.Equal(t, affinity.OutcomeHit, l.Outcome, tc.reason)
+				assert.Equal(t, x, l.Backend.ID(), tc.reason)
+			}
+			l.Done(affinity.DoneInfo{})
+			for _, h := range held {
+				h.Done(affinity.DoneInfo{})
+			}
+		})
+	}
+}

@@ -334,15 +334,16 @@ func (s *Scheduler) spillTarget(kh uint64, cands []Backend, ci int, bl *backendL
 
 // guardWaits returns the waits of the spill guard's two terms (rule 17): those of the
 // bound backend from and of the spill target to, whose loads the walk read as lf and lt.
-// Without min_request_cost the wait is the load, so it returns lf and lt (the guard
-// compares the view the walk decided on, as before rule 14e's guard change); with the
-// floor it reads both records' waits anew (the load without the floor: wait), a few
-// atomic loads on a spill candidate only (the bound backend over the bound with a target
-// under it). The two reads are a later snapshot than the walk's, as a concurrent Acquire
-// or Done may land between them; like any load read, racing, never torn.
+// Without min_request_cost and the drain model the wait is the load, so it returns lf
+// and lt (the guard compares the view the walk decided on, as before rule 14e's guard
+// change); with either it reads both records' waits anew (the load without the floor
+// and without the drain model's per-request time: wait), a few atomic loads on a spill
+// candidate only (the bound backend over the bound with a target under it). The two
+// reads are a later snapshot than the walk's, as a concurrent Acquire or Done may land
+// between them; like any load read, racing, never torn.
 func (s *Scheduler) guardWaits(from, to *backendLoad, lf, lt int64) (wf, wt int64) {
 	p := &s.ld.p
-	if p.minCost == 0 {
+	if p.minCost == 0 && p.drainRate == 0 {
 		return lf, lt
 	}
 	now := s.drainNow()

@@ -78,16 +78,18 @@ func (b *backendLoad) view(p *loadParams, now int64) int64 {
 }
 
 // wait returns the backend's wait at now, the spill guard's measure of the queued work a
-// request sent there would sit behind (rules 17 and 14e): view without min_request_cost's
-// floor, i.e. the cost leased here (undrained, with the drain model on) plus the reported
-// requests beyond the leases. It equals view when the floor is off. An open lease whose
-// prefill is cached or drained holds a running slot, which the bound counts, but delays
-// a new prefill far less than queued prefill does, which is what the guard weighs
-// against the prefix a move throws away.
+// request sent there would sit behind (rules 14a, 14e and 17): the cost leased here (with
+// the drain model on, the part of it not yet drained, never more) plus the reported
+// requests beyond the leases; view without min_request_cost's floor and without the
+// drain model's per-request time. An open lease whose prefill is cached or drained holds
+// a running slot, which the bound counts, but delays a new prefill far less than queued
+// prefill does, which is what the guard weighs against the prefix a move throws away: a
+// request decoding in a batch slot does not hold back a new request's prefill. It equals
+// view when both the floor and the drain model are off.
 func (b *backendLoad) wait(p *loadParams, now int64) int64 {
 	n, l := b.counts()
 	if p.drainRate > 0 && n > 0 {
-		l = b.remaining(p, now, n, l)
+		l = b.undrained(p, now, l)
 	}
 	return b.withReported(p, l)
 }
@@ -97,17 +99,20 @@ func (b *backendLoad) wait(p *loadParams, now int64) int64 {
 // without looking at other candidates. With grp > 0 that is when the backend's wait is at
 // most spill_cost_weight x grp (the move needs wait(bound) - wait(target) > that, and
 // wait(target) >= 0); with grp 0 (nothing to lose: rule 18) only when the backend is
-// idle, its load (floor counted) 0, since such a binding is then placed by load alone.
-// Without the floor this is view == 0 || view <= spill_cost_weight x grp, as before rule
-// 14e's guard change. O(1): the record's atomics, in one call (view and wait written out:
-// this is on every hit's path).
+// idle, its load (floor and per-request time counted) 0, since such a binding is then
+// placed by load alone. Without the floor and the drain model this is view == 0 ||
+// view <= spill_cost_weight x grp, as before rule 14e's guard change. O(1): the
+// record's atomics, in one call (view and wait written out: this is on every hit's path).
 func (b *backendLoad) guardStays(p *loadParams, now, grp int64) bool {
 	n, l := b.counts()
-	if p.drainRate > 0 && n > 0 {
-		l = b.remaining(p, now, n, l)
-	}
 	if grp == 0 {
+		if p.drainRate > 0 && n > 0 {
+			l = b.remaining(p, now, n, l)
+		}
 		return b.withReported(p, max(l, n*p.minCost)) == 0 // view
+	}
+	if p.drainRate > 0 && n > 0 {
+		l = b.undrained(p, now, l)
 	}
 	return float64(b.withReported(p, l)) <= p.weight*float64(grp) // wait
 }

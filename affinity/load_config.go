@@ -115,7 +115,9 @@ type LoadConfig struct {
 	// with time at a service rate learned from [Lease.Done], so a lease whose prefill the
 	// backend has had the time to process stops counting as queued work, and a hit is
 	// charged its whole cost once its binding has been idle longer than the backend's
-	// learned cache retention. The value, in prompt tokens per second of engine time, is
+	// learned cache retention. The spill guard's wait reads the undrained work at most at
+	// the open leases' charges: the learned per-request time (decoding) counts in the
+	// bound, not as queued prefill. The value, in prompt tokens per second of engine time, is
 	// the rate assumed before a backend's first Done (the learned rate replaces it).
 	// 0 (the default) keeps the lease-sum view; otherwise it must lie in
 	// [MinDrainTokensPerSecond, MaxDrainTokensPerSecond] (1 to 1e9).
