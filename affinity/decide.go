@@ -102,7 +102,10 @@ func (s *Scheduler) stays(e *entry, slot *backendSlot, units, now int64) (g gran
 	rp := reprefill(e, units)
 	grp, kept := rp, rp
 	if s.ld.p.drainRate > 0 { // cache retention (drainmodel.go)
-		g.idle, g.rp = now-e.lastUse, rp
+		g.idle = now - e.lastUse
+		if e.lflags&flagKnown != 0 { // learnRetention's evidence: a reported prompt size only
+			g.rp = rp
+		}
 		grp, kept = bl.retainedPrefix(&s.ld.p, g.idle, rp)
 	}
 	stay = !s.ld.p.spill || bl.guardStays(&s.ld.p, now, grp)

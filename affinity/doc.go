@@ -115,7 +115,9 @@
 //     learned from the cached tokens hits report: an eviction (cached < half of
 //     reprefill) after an idle time below it lowers it, a survival after an idle time
 //     above it raises it, by drain_ewma_weight of the distance; the first eviction sets
-//     it; a hit whose cached count was not reported (rule 17) teaches it nothing. With
+//     it; a hit whose cached count was not reported (rule 17) teaches it nothing, nor
+//     does one whose binding has no reported prompt size (its prefix is then a guess
+//     from the cost: a longer new turn would look like an eviction). With
 //     retention_guard_factor f (>= 1; 0 = off) a binding idle for at least f x the
 //     retention counts as evicted in rule 17 (reprefill 0), as a lost cache does.
 //     14d. Prefix survival: past the retention a prefix may still be cached (with large

@@ -246,7 +246,9 @@ func (b *backendLoad) learnSurvival(p *loadParams, idle, k int64, survived bool)
 }
 
 // learnRetention updates the backend's cache retention from a hit that was idle for idle
-// ns, expected rp cached tokens and found cached.
+// ns, expected rp cached tokens and found cached. Its callers pass only hits whose rp is
+// evidence: a binding with a reported prompt size (flagKnown, usage.go; without one rp is
+// the new turn's cost, a guess) and a reported cached count.
 func (b *backendLoad) learnRetention(p *loadParams, idle, rp, cached int64) {
 	survived := cached >= (rp+1)/2 // 2 x cached >= rp without overflowing for huge cached
 	if k := b.dr.keep.Load(); k > 0 && idle >= k {

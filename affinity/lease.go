@@ -73,7 +73,7 @@ type Lease struct {
 	cost  int64
 	start int64 // clock reading at Acquire (drain model only)
 	idle  int64 // a hit's time since its binding's previous use, ns (drain model only)
-	rp    int64 // a hit's expected cached prefix, tokens (drain model only; 0: not a hit)
+	rp    int64 // a hit's expected cached prefix, tokens (drain model only; 0: not a hit, or no reported prompt size)
 
 	session, tier string
 }

@@ -182,3 +182,49 @@ func TestUnreportedCacheRetention(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreportedPromptTeachesNoRetention (rule 14c, spillnoq): a hit whose binding has no
+// reported prompt size (its previous turn reported no usage, as a stream without
+// stream_options.include_usage) expects its whole cost cached, a guess: finding less
+// than half of it cached is no evidence of an eviction. Turn 2, 10 s after turn 1,
+// reports exactly turn 1's 1,024 tokens cached of 3,072: the retention is learned only
+// when turn 1 reported its prompt (and then only from a real eviction); turn 3, whose
+// binding now knows its prompt size, teaches it unless turn 2 found nothing cached (a
+// cold binding expects no prefix: rule 17's reprefill 0).
+func TestUnreportedPromptTeachesNoRetention(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		turn1        affinity.DoneInfo
+		turn2Cached  int64
+		want2, want3 time.Duration // retention after turn 2 and after turn 3 (an eviction, 10 s on)
+		reason2      string
+	}{
+		{"turn 1 unreported, prefix found", affinity.DoneInfo{}, 1024, 0, 10 * time.Second,
+			"1,024 cached < 3,072 / 2, but 3,072 was a guess: nothing learned"},
+		{"turn 1 unreported, nothing cached", affinity.DoneInfo{}, 0, 0, 0,
+			"no reported prompt size: no evidence either way (and turn 2 leaves the binding cold: turn 3 expects nothing)"},
+		{"turn 1 reported, prefix found", affinity.DoneInfo{PromptTokens: 1024, CacheReported: true}, 1024, 0, 10 * time.Second,
+			"the reported 1,024 tokens survived"},
+		{"turn 1 reported, evicted", affinity.DoneInfo{PromptTokens: 1024, CacheReported: true}, 0, 10 * time.Second, 10 * time.Second,
+			"the reported prefix was evicted after 10 s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, clk := newSched(t, drainCfg(1.25, 5, 1000, 0))
+			b := backendsN(1)
+			id := b[0].ID()
+			turn := func(cost int64, info affinity.DoneInfo) {
+				t.Helper()
+				l, err := acquire(s, "a", "", b, cost)
+				require.NoError(t, err)
+				l.Done(info)
+			}
+			turn(1024, tc.turn1)
+			clk.Advance(10 * time.Second)
+			turn(3072, affinity.DoneInfo{PromptTokens: 3072, CachedPromptTokens: tc.turn2Cached, CacheReported: true})
+			assert.Equal(t, tc.want2, s.Drain(id).CacheRetention, tc.reason2)
+			clk.Advance(10 * time.Second)
+			turn(4096, affinity.DoneInfo{PromptTokens: 4096, CacheReported: true})
+			assert.Equal(t, tc.want3, s.Drain(id).CacheRetention, "turn 3 knows turn 2's prompt size")
+		})
+	}
+}
