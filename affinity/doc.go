@@ -164,9 +164,9 @@
 //  17. Spill: a hit whose backend is over its bound moves to the first backend ranked
 //     after it in the session's ranking that is under its own, only when wait(bound) -
 //     wait(target) > spill_cost_weight x reprefill, where wait is the load of rule 14
-//     without rule 14e's floor and, with the drain model, at most the charges (rule 14a:
-//     no per-request time) (prompt tokens of queued prefill, before this request;
-//     raw, not per weight: it is the work this request would queue behind; a hit whose
+//     without rule 14e's floor and rule 14a's per-request time (prompt tokens of queued
+//     prefill, before this request; with the drain model at most the open leases'
+//     charges; raw, not per weight: it is the work this request would queue behind; a hit whose
 //     backend's wait is at most spill_cost_weight x reprefill stays without looking at
 //     the other candidates) and reprefill the prefix the move throws
 //     away: 0 when the binding's last hit reported cached / prompt tokens <=
