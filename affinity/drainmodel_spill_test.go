@@ -149,13 +149,7 @@ func TestDrainSpillFollowsTheViewNotTheLastReport(t *testing.T) {
 
 			l, err := acquire(s, session, "", b, big)
 			require.NoError(t, err)
-			if tc.moves {
-				assert.Equal(t, affinity.OutcomeSpill, l.Outcome, tc.reason)
-				assert.Equal(t, b[0].ID(), l.Backend.ID(), tc.reason)
-			} else {
-				assert.Equal(t, affinity.OutcomeHit, l.Outcome, tc.reason)
-				assert.Equal(t, x, l.Backend.ID(), tc.reason)
-			}
+			assertSpilled(t, l, tc.moves, b[0].ID(), x, tc.reason)
 			l.Done(affinity.DoneInfo{})
 			for _, o := range open {
 				o.Done(affinity.DoneInfo{})
@@ -233,17 +227,23 @@ func TestDrainGuardWaitIsTheCharges(t *testing.T) {
 
 			l, err = acquire(s, session, "", b, 350)
 			require.NoError(t, err)
-			if tc.moves {
-				assert.Equal(t, affinity.OutcomeSpill, l.Outcome, tc.reason)
-				assert.Equal(t, b[0].ID(), l.Backend.ID(), tc.reason)
-			} else {
-				assert.Equal(t, affinity.OutcomeHit, l.Outcome, tc.reason)
-				assert.Equal(t, x, l.Backend.ID(), tc.reason)
-			}
+			assertSpilled(t, l, tc.moves, b[0].ID(), x, tc.reason)
 			l.Done(affinity.DoneInfo{})
 			for _, h := range held {
 				h.Done(affinity.DoneInfo{})
 			}
 		})
 	}
+}
+
+// assertSpilled checks that lease l spilled to backend to when moves, else stayed a hit
+// on backend bound; reason names the case.
+func assertSpilled(t *testing.T, l *affinity.Lease, moves bool, to, bound, reason string) {
+	t.Helper()
+	want, on := affinity.OutcomeHit, bound
+	if moves {
+		want, on = affinity.OutcomeSpill, to
+	}
+	assert.Equal(t, want, l.Outcome, reason)
+	assert.Equal(t, on, l.Backend.ID(), reason)
 }
