@@ -51,6 +51,10 @@ func TestProbeConfigValidation(t *testing.T) {
 		{name: "no host", targets: []health.Target{{ID: "a", URL: "http:///x"}}, wantErr: health.ErrInvalidTarget, wantMsg: `url "http:///x"`},
 		{name: "query", targets: []health.Target{{ID: "a", URL: "http://h/?x=1"}}, wantErr: health.ErrInvalidTarget, wantMsg: `url "http://h/?x=1"`},
 		{name: "unparsable", targets: []health.Target{{ID: "a", URL: "http://h:port"}}, wantErr: health.ErrInvalidTarget, wantMsg: `url "http://h:port"`},
+		// Credentials are refused, and the error never repeats the password (tester27).
+		{name: "user:password", targets: []health.Target{{ID: "a", URL: "http://op:s3cret@h:1"}}, wantErr: health.ErrInvalidTarget, wantMsg: `url "http://op:xxxxx@h:1"`},
+		{name: "user:password, unparsable", targets: []health.Target{{ID: "a", URL: "http://op:s3 cret@h:port/x"}}, wantErr: health.ErrInvalidTarget, wantMsg: `url "http://xxxxx@h:port/x"`},
+		{name: "user:password, empty ID", targets: []health.Target{{ID: "", URL: "http://op:s3cret@h:1"}}, wantErr: health.ErrInvalidTarget, wantMsg: `(url "http://op:xxxxx@h:1")`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +68,7 @@ func TestProbeConfigValidation(t *testing.T) {
 			require.ErrorIs(t, err, tt.wantErr)
 			assert.Nil(t, p)
 			assert.Contains(t, err.Error(), tt.wantMsg)
+			assert.NotContains(t, err.Error(), "s3", "no password in the error")
 			if tt.wantErr == health.ErrInvalidProbeConfig {
 				assert.ErrorIs(t, tt.cfg.Validate(), health.ErrInvalidProbeConfig)
 			}

@@ -160,7 +160,7 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 	seen := make(map[string]int, len(targets))
 	for i, t := range targets {
 		if t.ID == "" {
-			return nil, fmt.Errorf("%w: targets[%d] has an empty ID (url %q)", ErrInvalidTarget, i, t.URL)
+			return nil, fmt.Errorf("%w: targets[%d] has an empty ID (url %q)", ErrInvalidTarget, i, redactURL(t.URL))
 		}
 		if j, dup := seen[t.ID]; dup {
 			return nil, fmt.Errorf("%w: %q at targets[%d] and targets[%d]", ErrDuplicateTarget, t.ID, j, i)
@@ -169,8 +169,8 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 		u, err := url.Parse(t.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
-			return nil, fmt.Errorf("%w: target %q url %q (want http(s)://host[:port][/prefix])",
-				ErrInvalidTarget, t.ID, t.URL)
+			return nil, fmt.Errorf("%w: target %q url %q (want http(s)://host[:port][/prefix], no user:password@)",
+				ErrInvalidTarget, t.ID, redactURL(t.URL))
 		}
 		p.targets = append(p.targets, probeTarget{
 			id:  t.ID,
@@ -348,4 +348,27 @@ func (t *probeTarget) record(ok bool, cfg resolved) (State, bool) {
 		return Down, true
 	}
 	return t.state, false
+}
+
+// redactURL returns raw for an error message with any password in it replaced by
+// "xxxxx" (url.URL.Redacted), also when raw does not parse: then everything before the
+// last '@' of the part after "://" up to the first '/' is replaced. O(len(raw)).
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User == nil {
+			return raw
+		}
+		return u.Redacted()
+	}
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	auth, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(auth, '@')
+	if at < 0 {
+		return raw
+	}
+	start := len(raw) - len(rest)
+	return raw[:start] + "xxxxx" + raw[start+at:]
 }

@@ -13,7 +13,7 @@ var (
 	ErrNoBackends       = errors.New("gateway: no backends")                                  // backends is empty, or the whole config is
 	ErrDuplicateBackend = errors.New("gateway: duplicate backend id")                         // two backends share an id
 	ErrBackendID        = errors.New("gateway: bad backend id")                               // empty or blank, over MaxBackendIDBytes, a control byte or not UTF-8
-	ErrBackendURL       = errors.New("gateway: bad backend url")                              // not http(s)://host, or has a query/fragment
+	ErrBackendURL       = errors.New("gateway: bad backend url")                              // not http(s)://host, or has a query/fragment or user:password@
 	ErrBackendWeight    = errors.New("gateway: bad backend weight")                           // negative, NaN, Inf or out of hrw's range
 	ErrListenAddress    = errors.New("gateway: bad listen address")                           // not host:port with port 0..65535
 	ErrMaxBodyBytes     = errors.New("gateway: bad max_body_bytes")                           // <= 0 after defaults

@@ -96,6 +96,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad url scheme", "backends: [{id: a, url: 'ftp://h:1'}]", gateway.ErrBackendURL, []string{"backends[0].url", "ftp://h:1"}},
 		{"url without host", "backends: [{id: a, url: 'http://'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://"}},
 		{"unparsable url", "backends: [{id: a, url: 'http://h:port'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://h:port"}},
+		// user:password@ would not be sent: refused, the password never repeated (tester27).
+		{"url with credentials", "backends: [{id: a, url: 'http://op:s3cret@h:1'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://op:xxxxx@h:1", "user:password@ is not allowed"}},
+		{"unparsable url with credentials", "backends: [{id: a, url: 'http://op:s3 cret@h:port'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://xxxxx@h:port", "not a URL"}},
 		{"negative weight", "backends: [{id: a, url: 'http://h:1', weight: -1}]", gateway.ErrBackendWeight, []string{"backends[0].weight", "-1"}},
 		{"infinite weight", "backends: [{id: a, url: 'http://h:1', weight: .inf}]", gateway.ErrBackendWeight, []string{"backends[0].weight", "Inf"}},
 		{"listen without port", "listen: localhost\n" + minimal, gateway.ErrListenAddress, []string{"listen", "localhost"}},
@@ -174,6 +177,7 @@ func TestParseConfigErrors(t *testing.T) {
 			for _, s := range tt.contains {
 				assert.Contains(t, err.Error(), s)
 			}
+			assert.NotContains(t, err.Error(), "s3", "no password in the error")
 		})
 	}
 }

@@ -133,7 +133,7 @@ func (c Config) Validate() error {
 		}
 		seen[b.ID] = i
 		if err := checkBackendURL(b.URL); err != nil {
-			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, b.URL, err)
+			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, redactURL(b.URL), err)
 		}
 		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
 			return invalid(ErrBackendWeight, "backends[%d].weight (id %q): %v: must be a finite number >= 0", i, b.ID, b.Weight)
@@ -309,7 +309,7 @@ func validEnvName(s string) bool {
 func checkBackendURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return errors.New("not a URL") // url.Parse's error repeats the URL, password included
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("scheme must be http or https")
@@ -320,7 +320,35 @@ func checkBackendURL(raw string) error {
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("query and fragment are not allowed")
 	}
+	if u.User != nil {
+		// The proxy and the prober send nothing from it: credentials would be ignored
+		// silently (vLLM's --api-key is a bearer token, a header, not user:password@).
+		return fmt.Errorf("user:password@ is not allowed: the gateway would not send it")
+	}
 	return nil
+}
+
+// redactURL returns raw for an error message with any password in it replaced by
+// "xxxxx" (url.URL.Redacted), also when raw does not parse: then everything before the
+// last '@' of the part after "://" up to the first '/' is replaced. O(len(raw)).
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User == nil {
+			return raw
+		}
+		return u.Redacted()
+	}
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	auth, _, _ := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(auth, '@')
+	if at < 0 {
+		return raw
+	}
+	start := len(raw) - len(rest)
+	return raw[:start] + "xxxxx" + raw[start+at:]
 }
 
 // checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will

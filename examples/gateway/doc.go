@@ -147,8 +147,7 @@
 // a bad config is rejected with a log line while the old one keeps serving. The
 // "config reloaded" line also names what changed on each backend that stays:
 // weight_changed ("vllm-a:1->2", the effective weight), tier_changed
-// ("vllm-b:(default)->large", "(default)" being the default pool) and url_changed
-// (passwords shown as "xxxxx"), beside drained and undrained; each is empty when
+// ("vllm-b:(default)->large", "(default)" being the default pool) and url_changed, beside drained and undrained; each is empty when
 // nothing changed. Decisions:
 //
 //   - backends[].drain: true drains a backend (affinity.Scheduler.OnBackendDraining):

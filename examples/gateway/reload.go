@@ -37,7 +37,7 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     requests in flight finish on the state they started with; the log's
 //     weight_changed, tier_changed and url_changed fields list each backend that stays
 //     and whose effective weight, tier or URL changed ("id:old->new"; the default pool
-//     is "(default)", a URL's password "xxxxx"), nil when none did;
+//     is "(default)"), nil when none did;
 //   - bindings to backends that remain stay where they are (weight changes move no
 //     session: they only steer new ones), except after a change of tenant scoping (on,
 //     off, tenant.header, tenant.api_key, the secret): it changes every binding key

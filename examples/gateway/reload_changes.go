@@ -9,8 +9,8 @@ const defaultTierLabel = "(default)"
 
 // backendChanges lists, for the "config reloaded" log line, how each backend that both
 // old and rt configure changed, in rt's configuration order: its effective HRW weight
-// ("id:1->2"), its tier ("id:(default)->large") and its URL ("id:old->new", passwords
-// redacted as url.URL.Redacted does). Each is nil when nothing changed (logged as
+// ("id:1->2"), its tier ("id:(default)->large") and its URL ("id:old->new"; redacted
+// as url.URL.Redacted does, though config validation refuses user:password@ already). Each is nil when nothing changed (logged as
 // added/removed are). A drain change is logged apart (drained, undrained). Cost:
 // O(backends).
 func backendChanges(old, rt *routing) (weights, tiers, urls []string) {

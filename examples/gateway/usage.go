@@ -78,11 +78,20 @@ func (b *leaseBody) Read(p []byte) (n int, err error) {
 }
 
 // scan feeds SSE bytes and remembers the last complete data line mentioning "usage".
+// Lines end with LF, CRLF or a lone CR (the SSE grammar): a CR ends the line, and the LF
+// of a CRLF then ends an empty one, which reads as nothing.
 func (b *leaseBody) scan(p []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
+		end := p
+		if i >= 0 {
+			end = p[:i]
+		}
+		if k := bytes.IndexByte(end, '\r'); k >= 0 {
+			i = k
+		}
 		if i < 0 {
 			if len(b.line)+len(p) <= maxSSELine {
 				b.line = append(b.line, p...)
