@@ -160,7 +160,7 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 	seen := make(map[string]int, len(targets))
 	for i, t := range targets {
 		if t.ID == "" {
-			return nil, fmt.Errorf("%w: targets[%d] has an empty ID (url %q)", ErrInvalidTarget, i, redactURL(t.URL))
+			return nil, fmt.Errorf("%w: targets[%d] has an empty ID (url %q)", ErrInvalidTarget, i, RedactURL(t.URL))
 		}
 		if j, dup := seen[t.ID]; dup {
 			return nil, fmt.Errorf("%w: %q at targets[%d] and targets[%d]", ErrDuplicateTarget, t.ID, j, i)
@@ -170,7 +170,7 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
 			return nil, fmt.Errorf("%w: target %q url %q (want http(s)://host[:port][/prefix], no user:password@)",
-				ErrInvalidTarget, t.ID, redactURL(t.URL))
+				ErrInvalidTarget, t.ID, RedactURL(t.URL))
 		}
 		p.targets = append(p.targets, probeTarget{
 			id:  t.ID,
@@ -350,10 +350,12 @@ func (t *probeTarget) record(ok bool, cfg resolved) (State, bool) {
 	return t.state, false
 }
 
-// redactURL returns raw for an error message with any password in it replaced by
-// "xxxxx" (url.URL.Redacted), also when raw does not parse: then everything before the
-// last '@' of the part after "://" up to the first '/' is replaced. O(len(raw)).
-func redactURL(raw string) string {
+// RedactURL returns a target URL as errors and logs may show it: raw itself when it
+// parses and has no user:password@, else with the password replaced by "xxxxx"
+// (url.URL.Redacted); when raw does not parse, everything between "://" and the last '@'
+// before the next '/' is replaced, so a password never shows. Safe for concurrent use;
+// O(len(raw)).
+func RedactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User == nil {
 			return raw

@@ -133,7 +133,7 @@ func (c Config) Validate() error {
 		}
 		seen[b.ID] = i
 		if err := checkBackendURL(b.URL); err != nil {
-			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, redactURL(b.URL), err)
+			return invalid(ErrBackendURL, "backends[%d].url (id %q): %q: %v", i, b.ID, health.RedactURL(b.URL), err)
 		}
 		if b.Weight < 0 || math.IsNaN(b.Weight) || math.IsInf(b.Weight, 0) {
 			return invalid(ErrBackendWeight, "backends[%d].weight (id %q): %v: must be a finite number >= 0", i, b.ID, b.Weight)
@@ -326,29 +326,6 @@ func checkBackendURL(raw string) error {
 		return fmt.Errorf("user:password@ is not allowed: the gateway would not send it")
 	}
 	return nil
-}
-
-// redactURL returns raw for an error message with any password in it replaced by
-// "xxxxx" (url.URL.Redacted), also when raw does not parse: then everything before the
-// last '@' of the part after "://" up to the first '/' is replaced. O(len(raw)).
-func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		if u.User == nil {
-			return raw
-		}
-		return u.Redacted()
-	}
-	_, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
-	}
-	auth, _, _ := strings.Cut(rest, "/")
-	at := strings.LastIndexByte(auth, '@')
-	if at < 0 {
-		return raw
-	}
-	start := len(raw) - len(rest)
-	return raw[:start] + "xxxxx" + raw[start+at:]
 }
 
 // checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will
