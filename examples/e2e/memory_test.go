@@ -81,8 +81,9 @@ func bodyFlood(t *testing.T, salted bool) {
 
 	// The budget bounds live bytes; with the default GOGC the heap may grow to about twice
 	// the live heap before a collection (132-151 MiB here without a limit). GOMEMLIMIT closes
-	// that gap, as the README recommends: the collector holds the heap near the limit as
-	// long as the live bytes fit under it, which is what the assertion checks.
+	// that gap, as docs/gateway.md ("Bounded memory") recommends: the collector holds the
+	// heap near the limit as long as the live bytes fit under it, which is what the
+	// assertion checks.
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(budget + 24<<20))
 	runtime.GC()
 	var ms runtime.MemStats

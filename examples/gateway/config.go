@@ -153,7 +153,7 @@ type Config struct {
 	// asking for it (one member added or set, every other byte kept), and the usage-only
 	// chunk the backend then ends the stream with is read for the lease and not
 	// forwarded, so the client gets the stream it asked for. A client that asked itself
-	// gets its stream untouched. The rules and decisions: streamusage.go and the README.
+	// gets its stream untouched. The rules and decisions: streamusage.go and docs/gateway.md.
 	// Default false (a backend that rejects stream_options would answer 400). Reloadable:
 	// a request uses the setting of the configuration it started with.
 	StreamUsage bool `yaml:"stream_usage"`
@@ -166,7 +166,7 @@ type Config struct {
 	// given: "direct" ([BackendClientDirect], the default for "") writes each request and
 	// reads its response on the handler's goroutine over a keep-alive pool of its own
 	// (HTTP/1.1 to http:// backends; about a fifth less gateway CPU per request than
-	// net/http.Transport, see the README); "nethttp" ([BackendClientNetHTTP]) is a clone of
+	// net/http.Transport, see docs/gateway.md); "nethttp" ([BackendClientNetHTTP]) is a clone of
 	// http.DefaultTransport (HTTP/2 to https:// backends, proxies from the environment).
 	// Anything else is [ErrBackendClient]. Needs a restart to change.
 	BackendClient string `yaml:"backend_client"`

@@ -189,7 +189,7 @@
 // now, what operators expect; the bindings are still saved. With binding_snapshot
 // set, it saves the binding table to that file on shutdown (written to a temporary file
 // and renamed) and loads it on start: remaining TTLs are preserved minus the downtime.
-// Decisions (README, binding_snapshot):
+// Decisions (docs/gateway.md, binding_snapshot):
 //
 //   - A loaded file is consumed (removed), so a crash before the next shutdown save
 //     starts empty rather than restore bindings that moved since (each would be a hit on

@@ -30,7 +30,7 @@ func errorCodeOf(t *testing.T, body string) string {
 }
 
 // The gateway's own JSON errors written before a backend is chosen carry no
-// X-Agent-Serve-* headers; see the README.
+// X-Agent-Serve-* headers; see docs/gateway.md.
 func TestGatewayErrorsBeforeChoiceCarryNoRoutingHeaders(t *testing.T) {
 	sid := map[string]string{"X-Session-ID": "s1"}
 	tests := []struct {
@@ -169,7 +169,7 @@ func TestCompressedJSONBodyIs415(t *testing.T) {
 	}
 }
 
-// When each tier error happens (README, doc.go): unknown_tier when the tier header names
+// When each tier error happens (docs/gateway.md, doc.go): unknown_tier when the tier header names
 // a tier the config does not know, whatever its length. A configured tier name over
 // affinity.MaxTierBytes (255) is refused at load (TestParseConfigErrors), so
 // tier_too_long cannot come from a valid gateway config: a 255-byte tier routes and binds.

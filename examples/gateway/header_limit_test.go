@@ -11,7 +11,7 @@ import (
 )
 
 // limits.max_header_bytes is net/http's Server.MaxHeaderBytes, which reads 4,096 bytes
-// over it before answering 431 (its buffer slack): the README and LimitsConfig say so.
+// over it before answering 431 (its buffer slack): docs/gateway.md and LimitsConfig say so.
 // The header blocks below are about max_header_bytes + 3,000 (served) and + 5,000 (431).
 func TestMaxHeaderBytesSlack(t *testing.T) {
 	const limit = 2048

@@ -59,7 +59,7 @@ func run(args []string, stderr io.Writer) error {
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until shutdown")
 	watch := fs.Duration("watch-config", 0, "poll the config file this often and reload it when it changes (0: only on SIGHUP)")
-	procs := fs.Int("gomaxprocs", 0, "run Go code on at most this many OS threads at once (runtime.GOMAXPROCS; 0: Go's default, the CPUs available); 1 keeps the scheduler's hand-offs on one thread, see the README")
+	procs := fs.Int("gomaxprocs", 0, "run Go code on at most this many OS threads at once (runtime.GOMAXPROCS; 0: Go's default, the CPUs available); 1 keeps the scheduler's hand-offs on one thread, see docs/gateway.md")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
