@@ -48,6 +48,9 @@ func New(cfg Config, opts ...Option) (*Scheduler, error) {
 	s := &Scheduler{t: newTable(r, o), health: o.health, rec: o.rec, log: o.log, ld: newLoadState(r.load, o.rec), store: st}
 	if st != nil {
 		st.st.Watch(s.invalidate)
+		if r, ok := st.st.(StoreWatchResync); ok {
+			r.WatchResync(s.resync)
+		}
 	}
 	return s, nil
 }

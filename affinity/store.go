@@ -81,6 +81,27 @@ type Store interface {
 	Watch(fn func(key StoreKey, backendID string))
 }
 
+// StoreWatchResync is an optional extension of [Store] for a store whose invalidations
+// (the Watch calls) travel over a feed that can lose messages, as Redis pub/sub does
+// while a replica's subscription is down: it tells the Scheduler when that feed has just
+// been re-established after a loss, so that invalidations may have been missed. The
+// Scheduler then refreshes every binding on its first hit after the call (the queued
+// [Store.Refresh] a hit sends at its TTL/8 boundary, sent at once instead), so a binding
+// the fleet moved meanwhile is dropped locally and the session's next turn adopts the
+// fleet's, and a binding the store lost (a restart) is re-created. A Store without it
+// leaves such a binding stale until its next refresh, within TTL/8 of traffic.
+type StoreWatchResync interface {
+	// WatchResync registers fn, to be called once each time the invalidation feed is
+	// re-established after it failed (not when it is first established without a
+	// failure), after the store is again delivering the Watch calls of later changes,
+	// so that the refreshes that follow cannot miss one. Called from the store's own
+	// goroutine (as the Watch function), never concurrently with itself; fn does not
+	// block and costs one clock read and an atomic compare-and-swap. The Scheduler
+	// registers itself once in New; as with Watch, a store handed to a new Scheduler
+	// should call only the latest fn.
+	WatchResync(fn func())
+}
+
 // StoreForgetIf is an optional extension of [Store]: a compare-and-delete, used by
 // [Scheduler.ForgetIf], also when the calling replica holds no binding of the key. A Store
 // without it is asked to Forget instead (unconditionally), and only when the calling
@@ -116,7 +137,7 @@ type storeState struct {
 	st         Store
 	timeout    time.Duration
 	retryAfter int64        // nanoseconds
-	skipUntil  atomic.Int64 // clock nanos: no store calls before (0: none)
+	skipUntil  atomic.Int64 // clock nanos: no store calls before (-1 from New: none); only advances (skipTo)
 	errors     atomic.Uint64
 	srec       metrics.StoreRecorder // nil: the Recorder does not count store errors
 }
@@ -130,6 +151,7 @@ func newStoreState(o options) (*storeState, error) {
 		return nil, fmt.Errorf("%w: store timeouts: %v, %v must not be negative", ErrInvalidConfig, so.timeout, so.retryAfter)
 	}
 	ss := &storeState{st: so.st, timeout: so.timeout, retryAfter: int64(so.retryAfter)}
+	ss.skipUntil.Store(-1) // below every clock reading: no refresh is due from it (refreshDue)
 	if ss.timeout == 0 {
 		ss.timeout = DefaultStoreTimeout
 	}
@@ -151,10 +173,32 @@ func (s *Scheduler) StoreErrors() uint64 {
 
 func (ss *storeState) fail(op string, now int64) {
 	ss.errors.Add(1)
-	ss.skipUntil.Store(now + ss.retryAfter)
+	ss.skipTo(now + ss.retryAfter)
 	if ss.srec != nil {
 		ss.srec.StoreError(op)
 	}
+}
+
+// skipTo advances skipUntil to t unless it is already at or past t, so that neither a
+// failed call that read the clock before a later one nor a resync shortens a retry
+// interval. A compare-and-swap loop, off the hit path.
+func (ss *storeState) skipTo(t int64) {
+	for {
+		su := ss.skipUntil.Load()
+		if su >= t || ss.skipUntil.CompareAndSwap(su, t) {
+			return
+		}
+	}
+}
+
+// resync is the Scheduler's StoreWatchResync function: the store's invalidation feed
+// was re-established after a loss, so any local binding may be stale. It makes every
+// binding last used at or before now refresh on its first hit (refreshDue) by advancing
+// skipUntil to now: the store stays usable (no call is skipped), and a retry interval
+// under way is kept whole (its end, later than now, already makes every binding used
+// before it refresh once it is over). One clock read and a compare-and-swap.
+func (s *Scheduler) resync() {
+	s.store.skipTo(s.t.clock.now())
 }
 
 // storeTTL is the TTL a binding gets in the store: the sticky TTL plus one refresh
@@ -177,14 +221,19 @@ func refreshDue(kh uint64, prev, now, ttl int64) bool {
 
 // refreshDue reports whether a hit at now on a binding last used at prev refreshes it in
 // the store: at a refresh period boundary (refreshDue), or on its first hit since the
-// store became usable again after an error (prev before skipUntil, now at or past it).
+// store became usable again after an error or since the store's invalidation feed was
+// re-established (resync): prev at or before skipUntil, now at or past it.
 // A binding confirmed before an outage may have been bound elsewhere meanwhile (a move
 // whose invalidation was lost, or a store that restarted empty and took another
 // replica's claim); that refresh finds the other binding and drops the local copy
 // (Store.Refresh), so the session's next turn adopts the fleet's binding instead of
-// waiting up to TTL/8. One extra refresh per live binding per outage, queued. O(1).
+// waiting up to TTL/8. One extra refresh per live binding per outage or resync, queued.
+// prev == skipUntil counts as before it: a hit in the same clock reading as a resync
+// (one tick of a CoarseClock) may have run before the signal and missed an
+// invalidation. The cost: a binding hit in that one reading is refreshed again on its
+// next hit (a few bindings per event). O(1).
 func (ss *storeState) refreshDue(kh uint64, prev, now, ttl int64) bool {
-	if su := ss.skipUntil.Load(); prev < su && su <= now {
+	if su := ss.skipUntil.Load(); prev <= su && su <= now {
 		return true
 	}
 	return refreshDue(kh, prev, now, ttl)
