@@ -35,12 +35,24 @@ type fleet struct {
 
 func newFleet(t *testing.T, n int, cfg affinity.Config) *fleet {
 	t.Helper()
-	f := &fleet{srv: redistest.Start(t), clk: affinitytest.NewClock(t0)}
+	srv := redistest.Start(t)
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = srv.Addr()
+	}
+	return newFleetVia(t, srv, cfg, addrs...)
+}
+
+// newFleetVia is newFleet on srv with one replica per address: replica i's Store
+// connects to addrs[i] (srv's own address, or a proxy in front of it).
+func newFleetVia(t *testing.T, srv *redistest.Server, cfg affinity.Config, addrs ...string) *fleet {
+	t.Helper()
+	f := &fleet{srv: srv, clk: affinitytest.NewClock(t0)}
 	for i := range 5 {
 		f.cands = append(f.cands, affinity.MustBackend(fmt.Sprintf("b%d", i), "", 1))
 	}
-	for range n {
-		st, err := redisstore.New(redisstore.Config{Address: f.srv.Addr(), Prefix: "test:" + t.Name() + ":", TimeoutSeconds: 1})
+	for _, addr := range addrs {
+		st, err := redisstore.New(redisstore.Config{Address: addr, Prefix: "test:" + t.Name() + ":", TimeoutSeconds: 1})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, st.Close()) })
 		opts := append(st.SchedulerOptions(), affinity.WithClock(f.clk))

@@ -23,8 +23,9 @@ var ErrClosed = errors.New("redisstore: store closed")
 
 // Compile-time checks.
 var (
-	_ affinity.Store         = (*Store)(nil)
-	_ affinity.StoreForgetIf = (*Store)(nil)
+	_ affinity.Store            = (*Store)(nil)
+	_ affinity.StoreForgetIf    = (*Store)(nil)
+	_ affinity.StoreWatchResync = (*Store)(nil)
 )
 
 // Lua scripts: each one is atomic on the server and costs one round trip (EVALSHA).
@@ -94,6 +95,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	watch   func(affinity.StoreKey, string) // nil until Watch
+	resync  func()                          // nil until WatchResync
 	syncs   map[string]chan struct{}
 	syncSeq uint64
 
@@ -101,6 +103,7 @@ type Store struct {
 	errors    atomic.Uint64
 	dropped   atomic.Uint64
 	received  atomic.Uint64
+	resyncs   atomic.Uint64
 
 	ps        *redis.PubSub
 	cancel    context.CancelFunc

@@ -21,6 +21,38 @@ func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
 	s.mu.Unlock()
 }
 
+// WatchResync implements [affinity.StoreWatchResync]: fn is called from the subscriber
+// goroutine each time the subscription is re-established after a receive error (Redis
+// restarted, a connection dropped), once Redis has confirmed the new SUBSCRIBE, so that
+// invalidations flow again before the refreshes fn triggers are sent. Not called for the
+// subscription made by [New] when it succeeds at once. As with Watch, fn replaces the
+// function registered before.
+func (s *Store) WatchResync(fn func()) {
+	s.mu.Lock()
+	s.resync = fn
+	s.mu.Unlock()
+}
+
+// Resyncs returns how many times the subscription was re-established after a receive
+// error (each one a WatchResync call). One atomic load.
+func (s *Store) Resyncs() uint64 { return s.resyncs.Load() }
+
+// resynced runs on the subscriber goroutine when the subscription is back after a
+// receive error: it counts, logs one INFO line and calls the WatchResync function.
+func (s *Store) resynced() {
+	s.resyncs.Add(1)
+	if s.log != nil {
+		s.log.Info("redisstore: invalidations resumed: messages sent while the subscription was down are lost, so each binding is refreshed on its next hit",
+			"address", s.cfg.Address)
+	}
+	s.mu.Lock()
+	fn := s.resync
+	s.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
 func (s *Store) notify(key affinity.StoreKey, backend string) {
 	s.mu.Lock()
 	fn := s.watch
@@ -31,10 +63,13 @@ func (s *Store) notify(key affinity.StoreKey, backend string) {
 }
 
 // subscribe delivers invalidations until ctx ends. go-redis reconnects and resubscribes
-// after a connection loss; messages published meanwhile are lost (a stale local copy is
-// then corrected by the next refresh of that session, at most TTL/8 later).
+// after a connection loss; messages published meanwhile are lost. The first
+// subscription confirmed after a receive error calls resynced, so that the Scheduler
+// refreshes each binding on its next hit and a stale local copy is corrected then
+// (without it, only by the session's next periodic refresh, up to TTL/8 later).
 func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 	defer s.done.Done()
+	lost := false // a receive failed since the last confirmed subscription
 	for {
 		since := s.begin()
 		m, err := ps.Receive(ctx)
@@ -42,6 +77,7 @@ func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 			if ctx.Err() != nil {
 				return
 			}
+			lost = true
 			s.fail(metrics.StoreOpWatch)
 			s.observe(metrics.StoreOpWatch, err, since)
 			select { // go-redis reconnects on the next receive; do not spin meanwhile
@@ -53,8 +89,12 @@ func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 		}
 		msg, ok := m.(*redis.Message)
 		if !ok {
-			if _, sub := m.(*redis.Subscription); sub { // (re)subscribed: Redis answers
+			if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" { // (re)subscribed: Redis answers
 				s.observe(metrics.StoreOpWatch, nil, since)
+				if lost {
+					lost = false
+					s.resynced()
+				}
 			}
 			continue // also a Pong
 		}
