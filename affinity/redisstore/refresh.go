@@ -66,10 +66,14 @@ func (s *Store) refreshLoop(ctx context.Context) {
 		}
 		var flushed chan struct{}
 	fill:
-		for len(batch) < refreshBatch {
+		for {
+			// Checked before the size: a marker may be the batch's last place.
 			if last := batch[len(batch)-1]; last.flushed != nil {
 				flushed = last.flushed
 				batch = batch[:len(batch)-1]
+				break
+			}
+			if len(batch) == refreshBatch {
 				break
 			}
 			select {
