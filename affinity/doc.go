@@ -270,7 +270,12 @@
 //     error. Without a store nothing of this runs (no binding is ever provisional).
 //     Acquire consults the store as SelectBackend does, and a spill (rule 17) is a
 //     compare-and-set in the store: if another replica moved the session first, its
-//     choice is adopted.
+//     choice is adopted. A binding's first hit after a retry interval refreshes it at
+//     once (queued), and so does its first hit after a store that implements
+//     [StoreWatchResync] reports its invalidation feed re-established after a loss
+//     (Redis restarted, a subscription dropped): a move whose invalidation was lost, or
+//     a binding the store lost, is then found (next turn: the fleet's binding) or
+//     re-created. Other lost invalidations wait for the binding's next TTL/8 refresh.
 //
 // # Decisions where the contract is silent
 //
@@ -357,8 +362,17 @@
 //     another replica claim the session elsewhere, is then found and the local copy
 //     dropped, so the session's next turn adopts the fleet's binding (one turn later
 //     than a provisional binding, whose confirmation is synchronous; one extra queued
-//     refresh per live binding per outage). An outage this replica never saw (no call of
-//     its own failed) still waits for the next refresh (within TTL/8 of traffic).
+//     refresh per live binding per outage). An outage this replica made no call in (all
+//     its turns local hits) is seen by the store's invalidation feed instead: a store
+//     implementing [StoreWatchResync] reports the feed re-established (redisstore does,
+//     once Redis confirms the new subscription), and the Scheduler reacts as to the end
+//     of a retry interval, by advancing the same skipUntil time to now (never back: a
+//     retry interval under way is kept whole), so the hit path reads nothing new. A hit
+//     in the very clock reading of that signal counts as before it (refreshed again on
+//     its next hit); only a hit between the signal's clock read and its
+//     compare-and-swap may miss its refresh. What still waits for the next refresh (within TTL/8 of traffic): a
+//     store without StoreWatchResync, and a loss its feed does not see (keys evicted or
+//     flushed while the connection stays up, a message lost between Redis Cluster nodes).
 //   - Config typos must not silently disable features: an unknown key anywhere in a
 //     JSON config (Config.UnmarshalJSON) is ErrInvalidConfig naming the key, even when the
 //     caller's decoder does not call DisallowUnknownFields, as a strict YAML decoder

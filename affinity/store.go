@@ -41,8 +41,9 @@ type StoreKey struct {
 // Store is a binding table shared by several Schedulers (gateway replicas), for example
 // package affinity/redisstore. The Scheduler's own table stays in front of it as the
 // near-cache: a local hit never calls the store (except [Store.Refresh], at most once per
-// TTL/8 per session plus once on its first hit after a store error's retry interval, and
-// the confirmation below); a local miss calls it once (Claim) and,
+// TTL/8 per session plus once on its first hit after a store error's retry interval or
+// after the store's resync signal ([StoreWatchResync]), and the confirmation below); a
+// local miss calls it once (Claim) and,
 // only when the shared binding is broken in this replica's view, a second time (Rebind).
 // Values are backend IDs only.
 //
@@ -52,6 +53,11 @@ type StoreKey struct {
 // already bound to it), adopts the fleet's binding instead (a hit), or, when the fleet's
 // backend is Down or not a candidate here, moves that to the local one with Rebind. A
 // failed confirmation leaves it provisional and the hit is answered locally.
+//
+// Invalidations (Watch) may be lost, e.g. while a replica's subscription to them is
+// down: a stale local copy is then corrected by the binding's next Refresh, within TTL/8
+// of traffic, or on its first hit after the loss if the store reports it
+// ([StoreWatchResync]).
 //
 // Implementations must be safe for concurrent use and honour ctx (the Scheduler gives
 // each call [DefaultStoreTimeout] or the WithStoreTimeouts value). An error makes the
@@ -91,14 +97,15 @@ type Store interface {
 // fleet's, and a binding the store lost (a restart) is re-created. A Store without it
 // leaves such a binding stale until its next refresh, within TTL/8 of traffic.
 type StoreWatchResync interface {
-	// WatchResync registers fn, to be called once each time the invalidation feed is
-	// re-established after it failed (not when it is first established without a
-	// failure), after the store is again delivering the Watch calls of later changes,
-	// so that the refreshes that follow cannot miss one. Called from the store's own
-	// goroutine (as the Watch function), never concurrently with itself; fn does not
-	// block and costs one clock read and an atomic compare-and-swap. The Scheduler
-	// registers itself once in New; as with Watch, a store handed to a new Scheduler
-	// should call only the latest fn.
+	// WatchResync registers fn. The store calls it once each time its invalidation feed
+	// is re-established after a failure (not when it is established at once at
+	// startup), and only once the feed delivers the Watch calls of later changes again,
+	// so that the refreshes fn leads to cannot miss one. It calls fn from its own
+	// goroutine (as the Watch function), not concurrently with itself. fn never blocks:
+	// the Scheduler's costs one clock read and a compare-and-swap; the refreshes it
+	// leads to are queued by later hits (one per live binding). The Scheduler registers
+	// itself once in New; as with Watch, a store handed to a new Scheduler should call
+	// only the latest fn.
 	WatchResync(fn func())
 }
 

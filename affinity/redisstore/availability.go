@@ -67,7 +67,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // started after the last change can make the next one, so calls in flight when Redis
 // fails or comes back do not make the log flap). The first outcome
 // after [New] is not logged: check Redis with [Store.Ping] at startup and report that
-// result. A call cancelled by its caller or by Close is no outcome.
+// result. A call cancelled by its caller or by Close is no outcome. It also logs one INFO
+// each time the subscription is re-established after a failure ("redisstore:
+// invalidations resumed: ...", see [Store.WatchResync]).
 // nil: nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
