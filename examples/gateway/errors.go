@@ -2,22 +2,28 @@ package gateway
 
 import (
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // proxyError answers a request whose backend failed before its response was forwarded
 // (the ReverseProxy's ErrorHandler): a JSON 502 or 504 naming the backend of the last
-// attempt, whose lease ends with err. It logs one Warn line with the backend, unless err
-// is a warnedError (logged already where it happened: Debug here) or the client went
-// away (nothing is answered or logged).
+// attempt and a short reason (failureReason: never an address nor the Go error), whose
+// lease ends with err. It logs one Warn line with the backend and the whole error,
+// unless err is a warnedError (logged already where it happened: Debug here) or the
+// client went away (nothing is answered or logged).
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil { // the client went away
 		return
@@ -33,11 +39,49 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		}
 		g.log.Log(r.Context(), level, "backend request failed", "backend", b.id, "err", err)
 		status, code := proxyStatus(err)
-		writeError(w, status, code, fmt.Sprintf("backend %q: %v", b.id, err))
+		writeError(w, status, code, fmt.Sprintf("backend %q: %s", b.id, failureReason(err)))
 		return
 	}
 	status, code := proxyStatus(err)
-	writeError(w, status, code, err.Error())
+	writeError(w, status, code, "backend request failed: "+failureReason(err))
+}
+
+// failureReason is what a client is told of a backend failure: a short reason (with the
+// gateway's own bound for its timeouts: "timed out: sent no response headers within
+// 5m0s"), never an address, a URL or the Go error, which name the backend's host and port ("dial tcp
+// 10.0.0.7:8000: connect: connection refused"), its TLS certificate's names, or bytes
+// of a malformed answer. The whole error goes to the gateway's log line instead.
+// Decision: the backend is named by its configured ID, which the client sees in
+// X-Agent-Serve-Backend anyway.
+func failureReason(err error) string {
+	var (
+		cverr  *tls.CertificateVerificationError
+		rherr  tls.RecordHeaderError
+		alert  tls.AlertError
+		unauth x509.UnknownAuthorityError
+		host   x509.HostnameError
+		inval  x509.CertificateInvalidError
+	)
+	var te *timeoutError // the gateway's own bound: its words name no address
+	switch {
+	case errors.As(err, &te):
+		return "timed out: " + te.what + " " + te.d.String()
+	case errors.Is(err, ErrBackendTimeout) || isTimeout(err):
+		return "timed out"
+	case errors.Is(err, ErrBadResponse):
+		return "malformed response"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &cverr), errors.As(err, &rherr), errors.As(err, &alert), errors.As(err, &unauth),
+		errors.As(err, &host), errors.As(err, &inval):
+		return "TLS handshake failed"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
+		return "connection closed"
+	}
+	return "request failed"
 }
 
 // warnedError is a backend failure already logged at Warn with its backend where it was

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -75,6 +76,53 @@ func TestGatewayErrorAfterChoiceNamesTheBackend(t *testing.T) {
 	assert.Equal(t, "dead", rec.Header().Get(gateway.HeaderBackend))
 	assert.Equal(t, "false", rec.Header().Get(gateway.HeaderAffinityHit))
 	assert.True(t, strings.Contains(rec.Body.String(), `backend \"dead\"`), rec.Body.String())
+	assert.NotContains(t, rec.Body.String(), strings.TrimPrefix(url, "http://"), "the backend's address is not shown")
+}
+
+// The gateway's 502 and 504 name the backend by its ID and a short reason, never its
+// address nor the Go error ("dial tcp 127.0.0.1:36132: connect: connection refused"),
+// which stays in the Warn line. Both backend clients. (Before: the body carried the Go
+// error, address included.)
+func TestBackendErrorShowsNoAddress(t *testing.T) {
+	stalled := requestServer(t, func(c net.Conn, _ *http.Request) { _, _ = io.Copy(io.Discard, c) })
+	dead := httptest.NewServer(http.NotFoundHandler())
+	refused := dead.URL
+	dead.Close()
+	tests := []struct {
+		name   string
+		url    string
+		status int
+		reason string
+	}{
+		{"refused", refused, http.StatusBadGateway, "connection refused"},
+		{"reset", rawServer(t, func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) }), http.StatusBadGateway, "connection reset"},
+		{"closed without an answer", requestServer(t, func(net.Conn, *http.Request) {}), http.StatusBadGateway, "connection closed"},
+		{"malformed", requestServer(t, func(c net.Conn, _ *http.Request) { _, _ = io.WriteString(c, "garbage\r\n\r\n") }),
+			http.StatusBadGateway, "malformed response"},
+		{"timed out", stalled, http.StatusGatewayTimeout, "timed out: sent no response headers within 50ms"},
+	}
+	for _, client := range []string{"direct", "nethttp"} {
+		for _, tt := range tests {
+			t.Run(client+"/"+tt.name, func(t *testing.T) {
+				logs, buf := captureLogs()
+				cfg, err := gateway.ParseConfig([]byte("retry_on_connect_error: false\nhealth: {enabled: false}\nbackend_client: " + client +
+					"\ntimeouts: {response_header_seconds: 0.05}\nbackends:\n  - {id: b0, url: \"" + tt.url + "\"}\n"))
+				require.NoError(t, err)
+				g, err := gateway.New(cfg, gateway.WithLogger(logs))
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				rec := do(t, g, "/v1/chat/completions", `{"model":"m"}`, map[string]string{"X-Session-ID": "s1"})
+				require.Equal(t, tt.status, rec.Code, rec.Body.String())
+				var e struct {
+					Error struct{ Message string } `json:"error"`
+				}
+				require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e))
+				assert.Equal(t, `backend "b0": `+tt.reason, e.Error.Message)
+				assert.NotContains(t, rec.Body.String(), "127.0.0.1", "no address in the body")
+				assert.Contains(t, buf.String(), `"msg":"backend request failed","backend":"b0","err":`, "the whole error is logged")
+			})
+		}
+	}
 }
 
 // Every Content-Encoding value counts: header lines after the first and elements of a

@@ -207,8 +207,8 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 			ow.gone = true
 		}
 		g.log.Debug("client went away during the request body", "err", err)
-		writeError(w, http.StatusBadRequest, "bad_body",
-			"reading request body: the client closed the connection before its end: "+err.Error())
+		// Not the read's error: a connection's error names both ends' addresses.
+		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: the client closed the connection before its end")
 	default:
 		writeError(w, http.StatusBadRequest, "bad_body", "reading request body: "+err.Error())
 	}
