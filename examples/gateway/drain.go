@@ -8,17 +8,67 @@ import (
 	"time"
 )
 
+// drainHandlerWait bounds the wait, once the drain is over (drain_seconds or EndDrain)
+// and the connections are closed, for the handlers still running to return — each logs
+// its cut ("request cut by the shutdown drain") — before [Gateway.Serve] closes the
+// gateway and saves the bindings. Their connections and backend attempts are closed by
+// then, so they return within milliseconds.
+const drainHandlerWait = time.Second
+
 // shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
-// (requests still running then were cut by it) and the request to end it early
-// ([Gateway.EndDrain]). New makes endCh. Safe for concurrent use.
+// (requests still running then were cut by it), the request to end it early
+// ([Gateway.EndDrain]) and the count of Serve's handlers running (waited for before Serve
+// returns). New makes endCh and idle. Safe for concurrent use.
 type shutdownDrain struct {
 	cut     atomic.Bool // the drain is over: the remaining connections are being closed
 	endOnce sync.Once
 	endCh   chan struct{} // closed by end
+
+	running atomic.Int64  // Serve's handlers running (counted)
+	waiting atomic.Bool   // waitHandlers is waiting for running to reach 0
+	idle    chan struct{} // capacity 1: the handler that brings running to 0 while waiting signals it
 }
 
 // end asks the drain to end now (idempotent).
 func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
+
+// counted returns h counting its calls in d.running while they run.
+func (d *shutdownDrain) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.running.Add(1)
+		defer d.handlerDone()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// handlerDone ends a counted call (also when it panics: http.ErrAbortHandler).
+func (d *shutdownDrain) handlerDone() {
+	if d.running.Add(-1) == 0 && d.waiting.Load() {
+		select {
+		case d.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitHandlers waits until no counted handler runs, or for bound at most; it returns
+// how many still run. (waiting is set before running is read, and a handler reads
+// waiting after it decremented running: one of the two sees the other.)
+func (d *shutdownDrain) waitHandlers(bound time.Duration) int64 {
+	d.waiting.Store(true)
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		if n := d.running.Load(); n == 0 {
+			return 0
+		}
+		select {
+		case <-d.idle:
+		case <-t.C:
+			return d.running.Load()
+		}
+	}
+}
 
 // EndDrain ends [Gateway.Serve]'s shutdown drain at once: the requests still running are
 // cut as if drain_seconds had passed (the connections are closed, tunnels too), and Serve

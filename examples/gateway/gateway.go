@@ -118,7 +118,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		recheck:  o.recheckTicks,
 		sweep:    o.sweepTicks,
 		reloaded: make(chan struct{}, 1),
-		drain:    shutdownDrain{endCh: make(chan struct{})},
+		drain:    shutdownDrain{endCh: make(chan struct{}), idle: make(chan struct{}, 1)},
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

@@ -111,6 +111,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		keep = g.loadAtStart(loaded) // snapshot_damaged.go
 	}
 	srv := g.HTTPServer()
+	srv.Handler = g.drain.counted(srv.Handler) // waited for after the drain
 	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with
 	// their requests' contexts, cancelled when the drain is over.
 	tunnels, closeTunnels := context.WithCancel(context.Background())
@@ -133,6 +134,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.log.Warn("drain timeout: closing the remaining connections", "drain_seconds", g.state().cfg.DrainSeconds)
 		case "EndDrain":
 			g.log.Warn("drain ended early: closing the remaining connections", "why", "EndDrain (a second signal)")
+		}
+		// The cut handlers log their cut as they return: wait for them (bounded), so that
+		// none is lost to a process that exits once Serve returns.
+		if n := g.drain.waitHandlers(drainHandlerWait); n > 0 {
+			g.log.Warn("requests still running after the drain: not waited for", "requests", n, "waited", drainHandlerWait)
 		}
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = serr
