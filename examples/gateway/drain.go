@@ -8,21 +8,36 @@ import (
 	"time"
 )
 
-// drainHandlerWait bounds the wait, once the drain is over (drain_seconds or EndDrain)
-// and the connections are closed, for the handlers still running to return — each logs
-// its cut ("request cut by the shutdown drain") — before [Gateway.Serve] closes the
-// gateway and saves the bindings. Their connections and backend attempts are closed by
-// then, so they return within milliseconds.
-const drainHandlerWait = time.Second
+// Bounds of the end of [Gateway.Serve]'s drain, after drain_seconds or EndDrain: at
+// most drainCutGrace + drainHandlerWait (2 s) more before the bindings are saved.
+const (
+	// drainCutGrace bounds the wait for the event streams the drain's end cuts to write
+	// their error event (streamerr.go) before the connections are closed. A stream cut
+	// so writes it at once — its backend read fails as its attempt is cancelled — unless
+	// its client is not reading; the close then ends it without the event.
+	drainCutGrace = time.Second
+	// drainHandlerWait bounds the wait, once the connections are closed, for the handlers
+	// still running to return — each logs its cut ("request cut by the shutdown drain")
+	// — before Serve closes the gateway and saves the bindings. Their connections and
+	// backend attempts are closed by then, so they return within milliseconds.
+	drainHandlerWait = time.Second
+)
 
 // shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
 // (requests still running then were cut by it), the request to end it early
-// ([Gateway.EndDrain]) and the count of Serve's handlers running (waited for before Serve
-// returns). New makes endCh and idle. Safe for concurrent use.
+// ([Gateway.EndDrain]), the event streams being forwarded (cut at its end with
+// errDrainCut, so that each writes its error event) and the count of Serve's handlers
+// running (waited for before Serve returns). New makes endCh and idle. Safe for
+// concurrent use.
 type shutdownDrain struct {
 	cut     atomic.Bool // the drain is over: the remaining connections are being closed
 	endOnce sync.Once
 	endCh   chan struct{} // closed by end
+
+	mu      sync.Mutex
+	streams map[*leaseBody]struct{} // event streams being forwarded (wrapLease)
+	cutting bool                    // they were cut: a stream tracked from now on is cut at once
+	emptied chan struct{}           // while cutStreams waits: closed when streams becomes empty
 
 	running atomic.Int64  // Serve's handlers running (counted)
 	waiting atomic.Bool   // waitHandlers is waiting for running to reach 0
@@ -31,6 +46,63 @@ type shutdownDrain struct {
 
 // end asks the drain to end now (idempotent).
 func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
+
+// track records b, an event stream being forwarded whose attempt b.end.cancel cancels,
+// until untrack; after the drain's end (cutStreams) it cuts b at once instead. One lock.
+func (d *shutdownDrain) track(b *leaseBody) {
+	d.mu.Lock()
+	if d.cutting {
+		d.mu.Unlock()
+		b.end.cancel(errDrainCut)
+		return
+	}
+	if d.streams == nil {
+		d.streams = make(map[*leaseBody]struct{})
+	}
+	d.streams[b] = struct{}{}
+	b.end.drain = d
+	d.mu.Unlock()
+}
+
+// untrack forgets b (its body was closed: the stream is over). One lock.
+func (d *shutdownDrain) untrack(b *leaseBody) {
+	b.end.drain = nil
+	d.mu.Lock()
+	delete(d.streams, b)
+	if len(d.streams) == 0 && d.emptied != nil {
+		close(d.emptied)
+		d.emptied = nil
+	}
+	d.mu.Unlock()
+}
+
+// cutStreams cancels the attempt of every event stream being forwarded with
+// errDrainCut — each then writes its error event and ends — and waits until all have
+// ended (their bodies closed), or for grace at most. It returns how many had not.
+func (d *shutdownDrain) cutStreams(grace time.Duration) int {
+	d.mu.Lock()
+	d.cutting = true
+	for b := range d.streams {
+		b.end.cancel(errDrainCut)
+	}
+	if len(d.streams) == 0 {
+		d.mu.Unlock()
+		return 0
+	}
+	emptied := make(chan struct{})
+	d.emptied = emptied
+	d.mu.Unlock()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-emptied:
+		return 0
+	case <-t.C:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.streams)
+}
 
 // counted returns h counting its calls in d.running while they run.
 func (d *shutdownDrain) counted(h http.Handler) http.Handler {
@@ -71,8 +143,8 @@ func (d *shutdownDrain) waitHandlers(bound time.Duration) int64 {
 }
 
 // EndDrain ends [Gateway.Serve]'s shutdown drain at once: the requests still running are
-// cut as if drain_seconds had passed (the connections are closed, tunnels too), and Serve
-// goes on to close and save the bindings. Called before the drain began, the drain ends
+// cut as if drain_seconds had passed (event streams get the error event, the connections
+// are closed, tunnels too), and Serve goes on to close and save the bindings. Called before the drain began, the drain ends
 // as soon as it begins. The command calls it on a second SIGINT or SIGTERM (kill twice =
 // now). Idempotent; safe for concurrent use.
 func (g *Gateway) EndDrain() { g.drain.end() }
@@ -84,7 +156,7 @@ func (g *Gateway) EndDrain() { g.drain.end() }
 // (Debug).
 func (g *Gateway) logCut(st *route, r *http.Request) {
 	w := &st.ow
-	drained := g.drain.cut.Load() && (w.gone || r.Context().Err() != nil)
+	drained := g.drain.cut.Load() && (w.gone || w.shut || r.Context().Err() != nil)
 	if !drained && !w.gone {
 		return // the common case: no lock taken
 	}
@@ -108,10 +180,11 @@ func (g *Gateway) logCut(st *route, r *http.Request) {
 	}
 }
 
-// shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then closes what is
-// left and ends the tunnels; each request still running then is logged as cut by the
-// drain (route.go). It reports why the drain ended early: "" (every request finished),
-// "drain_seconds" or "EndDrain".
+// shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then cuts the event
+// streams still running (each writes its error event: streamerr.go; drainCutGrace at
+// most), closes what is left and ends the tunnels; each request still running then is
+// logged as cut by the drain (route.go). It reports why the drain ended early: ""
+// (every request finished), "drain_seconds" or "EndDrain".
 func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Duration, closeTunnels func()) string {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer scancel()
@@ -135,7 +208,10 @@ func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Dur
 		if early.Load() {
 			why = "EndDrain"
 		}
-		g.drain.cut.Store(true) // before the connections close: their handlers log the cut
+		g.drain.cut.Store(true) // before the streams are cut and the connections close: their handlers log the cut
+		if n := g.drain.cutStreams(drainCutGrace); n > 0 {
+			g.log.Info("streams cut by the drain still running: closing their connections", "streams", n, "waited", drainCutGrace)
+		}
 		_ = srv.Close()
 	}
 	g.drain.cut.Store(true) // tunnels end now

@@ -58,6 +58,93 @@ func awaitServe(t *testing.T, done <-chan error) {
 	}
 }
 
+// An event stream still running when the shutdown drain ends (drain_seconds, or
+// EndDrain) gets the error event with code "shutdown" before its connection is closed,
+// whether its headers went out before the shutdown began or after (then with
+// Connection: close: Node's fetch takes the close for the end of the body, and the
+// OpenAI SDK saw a stream that ended well), with stream_usage on too; the client then
+// sees the transport error, the cut is logged as the drain's, and counted
+// client_closed. (Before: the connection was closed with no event.)
+func TestDrainCutStreamErrorEvent(t *testing.T) {
+	tests := []struct {
+		name     string
+		after    bool // the backend's headers go out after the shutdown began
+		drain    string
+		endDrain bool
+		extra    string
+	}{
+		{"headers before the shutdown, EndDrain", false, "3600", true, ""},
+		{"headers after the shutdown began, EndDrain", true, "3600", true, ""},
+		{"headers before the shutdown, drain_seconds", false, "0.05", false, ""},
+		{"headers after the shutdown began, stream_usage", true, "3600", true, "stream_usage: true\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, release := make(chan struct{}, 1), make(chan struct{})
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got <- struct{}{}
+				<-release
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, "data: {}\n\n")
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // until the gateway closes the connection
+			}))
+			t.Cleanup(backend.Close)
+			logs := &records{}
+			g, addr, shutdown, done := drainGateway(t, backend.URL, "drain_seconds: "+tt.drain+"\n"+tt.extra, logs)
+
+			type result struct {
+				resp *http.Response
+				err  error
+			}
+			res, req := make(chan result, 1), streamRequest(t, addr, "s1")
+			go func() {
+				resp, err := (&http.Client{}).Do(req)
+				res <- result{resp, err}
+			}()
+			<-got
+			if !tt.after {
+				close(release)
+			}
+			r := result{}
+			if !tt.after {
+				r = <-res
+			}
+			shutdown()
+			if tt.after {
+				require.Eventually(t, func() bool { // the listener is closed: Shutdown has begun
+					c, err := net.Dial("tcp", addr)
+					if err == nil {
+						_ = c.Close()
+					}
+					return err != nil
+				}, 10*time.Second, time.Millisecond)
+				close(release)
+				r = <-res
+			}
+			require.NoError(t, r.err)
+			defer r.resp.Body.Close()
+			require.Equal(t, http.StatusOK, r.resp.StatusCode)
+			assert.Equal(t, tt.after, r.resp.Close, "Connection: close on a response begun during the drain")
+			if tt.endDrain {
+				g.EndDrain()
+			}
+			awaitServe(t, done)
+
+			body, err := io.ReadAll(r.resp.Body)
+			require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the stream is cut: no last chunk")
+			before, code, msg := splitErrorEvent(t, string(body))
+			assert.Equal(t, "data: {}\n\n", before)
+			assert.Equal(t, "shutdown", code)
+			assert.NotContains(t, msg, "127.0.0.1")
+			assert.Equal(t, 1, logs.count("request cut by the shutdown drain"), "logged before Serve returned")
+			assert.Zero(t, logs.count("client went away mid-response"))
+			assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
+			assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+		})
+	}
+}
+
 // count returns how many records with message msg were logged.
 func (h *records) count(msg string) int {
 	h.mu.Lock()

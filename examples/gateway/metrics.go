@@ -161,6 +161,7 @@ type outcomeWriter struct {
 	copying bool // the ReverseProxy is answering (set around its ServeHTTP)
 	gone    bool // the client went away before the response ended (a write or flush failed, or its context ended mid-copy)
 	cut     bool // the backend cut or stalled the response body after its headers (route.cut)
+	shut    bool // the shutdown drain's end cut the response (errDrainCut, streamerr.go): counted as gone
 	http10  bool // the client's request is HTTP/1.0 (or older): it gets no 1xx but a 101
 	stalled bool // a write to the client hit its deadline (timeouts.client_write_seconds)
 	wbound  writeBound
@@ -272,7 +273,7 @@ func (g *Gateway) countOutcome(w *outcomeWriter) {
 	switch {
 	case w.cut && !w.gateway:
 		ci = classBackendClosed
-	case w.code >= 100 && w.code < 600 && !w.gone:
+	case w.code >= 100 && w.code < 600 && !w.gone && !w.shut:
 		ci = w.code / 100
 	}
 	g.outcomes.get(ci, w.gateway).Inc()

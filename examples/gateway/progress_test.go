@@ -120,7 +120,9 @@ func TestTimeoutCountsOnlyWithoutProgress(t *testing.T) {
 					if tt.stream {
 						assert.Equal(t, http.StatusOK, resp.StatusCode)
 						assert.Error(t, rerr, "the client sees a cut stream")
-						assert.Equal(t, "c0", string(body))
+						before, code, _ := splitErrorEvent(t, string(body))
+						assert.Equal(t, "c0\n\n", before)
+						assert.Equal(t, "backend_timeout", code)
 					} else {
 						assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, "the client still gets its 504")
 						assert.Contains(t, string(body), "backend_timeout")

@@ -78,7 +78,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
-		wrapLease(st, resp, nil)
+		wrapLease(st, resp, nil, &g.drain)
 		st.handOver(resp)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
@@ -90,7 +90,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
-		wrapLease(st, resp, nil)
+		wrapLease(st, resp, nil, &g.drain)
 		st.handOver(resp)
 		return nil
 	}
@@ -124,7 +124,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	pb.buf, pb.pool = out, pool
 	pb.r.Reset(out)
 	resp.Body = pb
-	wrapLease(st, resp, &u)
+	wrapLease(st, resp, &u, &g.drain)
 	if !trailers {
 		resp.ContentLength = int64(len(out))
 		resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))

@@ -80,9 +80,11 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // Serve serves HTTP on ln (at most limits.max_connections client connections at once,
 // with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
-// drain_seconds (default 10 s) or until [Gateway.EndDrain] (then the remaining
-// connections are closed, each request cut so is logged at Info as "request cut by the
-// shutdown drain"; upgrade tunnels, which Shutdown does not wait for, are closed when
+// drain_seconds (default 10 s) or until [Gateway.EndDrain] (then each event stream still
+// running gets an SSE error event with code "shutdown" (see the package doc; at most 1 s is given
+// for it), then the remaining connections are closed; each request cut so is logged at
+// Info as "request cut by the shutdown drain", and Serve waits up to 1 s more for those
+// handlers to return; upgrade tunnels, which Shutdown does not wait for, are closed when
 // the drain is over), closes idle
 // backend connections and, when binding_snapshot is set, saves the bindings there
 // ([Gateway.SaveBindings]).

@@ -272,7 +272,8 @@ type idleBody struct {
 // Read reads from the backend's body with the idle bound applied. At io.EOF (the body
 // ended as its framing says: Content-Length reached, last chunk read) the attempt counts
 // as a success for outlier detection. A read that fails returns, by cause: the
-// stream-idle bound's error (logged and counted by the timer); exactly context.Canceled
+// stream-idle bound's error (logged and counted by the timer); errDrainCut when the end
+// of the shutdown drain cut it (streamerr.go); exactly context.Canceled
 // when the client went away (the request's context is done and the connection was
 // closed for it: not a backend failure, and httputil.ReverseProxy logs no read error
 // that is context.Canceled); otherwise the backend's own error — it cut the body (reset,
@@ -304,10 +305,10 @@ func (b *idleBody) readError(err error) error {
 		}
 		return err
 	}
-	if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) {
-		return cause
+	if cause := context.Cause(b.ctx); errors.Is(cause, ErrBackendTimeout) || errors.Is(cause, errDrainCut) {
+		return cause // a stall, or the end of the shutdown drain (streamerr.go)
 	}
-	return context.Canceled // the client's context (or the server's shutdown) ended it
+	return context.Canceled // the client's context (or the server's connection close) ended it
 }
 
 // timeoutError is a backend timeout: it wraps [ErrBackendTimeout], is a net.Error

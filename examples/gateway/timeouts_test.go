@@ -99,7 +99,9 @@ func TestAttemptBoundsShareOneTimer(t *testing.T) {
 			switch {
 			case tt.wantCut:
 				assert.Error(t, rerr, "the client sees a cut stream")
-				assert.Equal(t, "c0", string(body), "what came before the stall")
+				before, code, _ := splitErrorEvent(t, string(body))
+				assert.Equal(t, "c0\n\n", before, "what came before the stall, its open event ended")
+				assert.Equal(t, "backend_timeout", code)
 			case tt.wantStatus == 200:
 				require.NoError(t, rerr)
 				assert.Equal(t, tt.wantBody, string(body))

@@ -48,16 +48,23 @@ type leaseBody struct {
 	err   error  // first read error other than EOF
 
 	drop usageDrop // stream_usage: the usage-only event is taken out (usagedrop.go)
+	end  streamEnd // an event stream cut before its end gets the error event (streamerr.go)
 }
 
 // maxJSONTail is how much of the end of a streamed-through JSON body is kept to find its
 // "usage" object (OpenAI-compatible servers put it last; it is a few hundred bytes).
 const maxJSONTail = 4096
 
+// Read reads the backend's body: through the stream_usage filter when it is on, the
+// usage scan, and, for an event stream cut before its end, followed by the error event
+// (streamerr.go). At the end (any error) the lease is released.
 func (b *leaseBody) Read(p []byte) (n int, err error) {
-	if b.drop.on {
+	switch {
+	case b.end.err != nil: // the rest of the error event, then the error
+		n, err = b.nextEvent(p)
+	case b.drop.on:
 		n, err = b.readDropping(p)
-	} else {
+	default:
 		n, err = b.ReadCloser.Read(p)
 		if b.sse && n > 0 {
 			b.scan(p[:n])
@@ -65,6 +72,9 @@ func (b *leaseBody) Read(p []byte) (n int, err error) {
 		if b.json && n > 0 {
 			b.keepTail(p[:n])
 		}
+	}
+	if b.end.on && b.end.err == nil {
+		n, err = b.endStream(p, n, err)
 	}
 	if err != nil {
 		if err != io.EOF {
@@ -175,16 +185,22 @@ func (b *leaseBody) usage() usage {
 	return b.u
 }
 
-// Close closes the backend body and releases the lease.
+// Close closes the backend body and releases the lease; an event stream the drain
+// tracks is no longer tracked.
 func (b *leaseBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.finish()
+	if d := b.end.drain; d != nil {
+		d.untrack(b)
+	}
 	return err
 }
 
 // wrapLease installs the lease-releasing body on resp (u: the usage of the JSON body
-// when the gateway has already read it, else nil).
-func wrapLease(st *route, resp *http.Response, u *usage) {
+// when the gateway has already read it, else nil). An event stream of unknown length
+// gets the error event if it is cut (streamerr.go) and is tracked by d, which cuts it
+// at the end of the shutdown drain (nil: not tracked).
+func wrapLease(st *route, resp *http.Response, u *usage, d *shutdownDrain) {
 	mt, _ := mediaType(resp.Header.Get("Content-Type"))
 	b := &st.lb // one per request: modifyResponse runs once
 	b.ReadCloser, b.st, b.sse, b.api = resp.Body, st, mt == "text/event-stream", st.usageAPI()
@@ -197,6 +213,13 @@ func wrapLease(st *route, resp *http.Response, u *usage) {
 		b.drop = usageDrop{on: true}
 		resp.ContentLength = -1
 		delete(resp.Header, "Content-Length")
+	}
+	if b.sse && resp.ContentLength < 0 {
+		b.end.on = true
+		if ib, ok := b.ReadCloser.(*idleBody); ok && d != nil {
+			b.end.cancel = ib.cancel
+			d.track(b)
+		}
 	}
 	resp.Body = b
 }
