@@ -182,10 +182,12 @@
 //   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
-// drain_seconds (default 10) to finish, then the rest are closed, each logged at Info as
-// "request cut by the shutdown drain" (not as a client that went away; counted
-// client_closed, as its client got no whole answer). [Gateway.EndDrain] ends the drain
-// at once. Decision: the command calls it on a second SIGINT or SIGTERM — kill twice =
+// drain_seconds (default 10) to finish, then the rest are cut — event streams first get
+// the error event below (1 s at most is given for it), then the connections are closed
+// — each logged at Info as "request cut by the shutdown drain" (not as a client that
+// went away; counted client_closed, as its client got no whole answer); Serve waits 1 s
+// at most for the cut handlers to return, so each cut is logged before it returns.
+// [Gateway.EndDrain] ends the drain at once. Decision: the command calls it on a second SIGINT or SIGTERM — kill twice =
 // now, what operators expect; the bindings are still saved. With binding_snapshot
 // set, it saves the binding table to that file on shutdown (written to a temporary file
 // and renamed) and loads it on start: remaining TTLs are preserved minus the downtime.
@@ -213,6 +215,18 @@
 //
 // The format is affinity's versioned snapshot (magic "SAFSNAP1", CRC-32C; see
 // affinity.Table.Snapshot). With a shared binding store no snapshot is needed.
+//
+// An event stream (text/event-stream, no Content-Length) the gateway ends before its
+// end after its headers went out — the drain's end, the backend closing, resetting or
+// garbling it, a stall past stream_idle_seconds — gets one last event, at an event
+// boundary (an open event is ended first), and is then aborted as before (no last chunk):
+// "event: error" with data {"type":"error","error":{"type":"server_error","code":...,
+// "message":...}}, code "shutdown", "backend_closed" or "backend_timeout", so that the
+// OpenAI and Anthropic SDKs raise instead of ending well when their HTTP client takes the
+// close for the end of the body (Node's fetch does with Connection: close). Not written
+// for a client that left, nor when the backend ended the stream. Decisions: streamerr.go.
+// Client-facing errors name a backend by its ID and a short reason ("connection
+// refused", "timed out", ...), never its address or the Go error (logged instead).
 //
 // [Gateway.Decide] makes the same decision (steps 2-7) without proxying, for
 // integrations that forward requests themselves, such as the Envoy ext_proc endpoint
