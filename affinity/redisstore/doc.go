@@ -39,8 +39,8 @@
 //   - Invalidation: every rebind and forget publishes "<session hash><tier hash>=<backend>"
 //     on the channel <prefix>invalidate; each replica drops its local copy unless it is
 //     already bound to that backend. The delay is measured by BenchmarkInvalidationDelay
-//     (see the README); [Store.Sync] waits for it. Messages published while a replica's
-//     subscription is down are lost; see the resync below.
+//     (docs/fleet.md, "Measured"); [Store.Sync] waits for it. Messages published while a
+//     replica's subscription is down are lost; see the resync below.
 //   - Sliding TTL in Redis: a binding's key lives TTL + TTL/8 after its last refresh. A
 //     hit refreshes it only when it crosses a TTL/8 period boundary of its session
 //     (periods offset per session), so at most once per TTL/8 per session and replica,

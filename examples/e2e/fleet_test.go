@@ -36,8 +36,8 @@ func replicas(t *testing.T, n int, retryAfter float64) ([]*cluster, *redistest.S
 }
 
 // settle waits until every replica has received the invalidations published so far: the
-// pause between two turns of an agent (seconds) is far longer than this delay (see the
-// README for its measured bound).
+// pause between two turns of an agent (seconds) is far longer than this delay (see
+// docs/fleet.md, "Measured", for its measured bound).
 func settle(t *testing.T, cs []*cluster) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
