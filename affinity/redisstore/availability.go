@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentserve/sessionaffinity/metrics"
 )
 
 // ErrRejected is returned (wrapped, with ErrInvalidConfig) by [Store.Ping] when Redis
@@ -61,7 +63,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // WithLogger logs the Store's availability changes on l: one WARN when a call to Redis
 // fails after calls succeeded ("redisstore: Redis unavailable", with the op and the
-// error), one INFO when a call succeeds again after failures ("redisstore: Redis
+// error; when the failed call is the invalidation subscription's, op=watch, the message
+// says so: claims and refreshes may still be answered), one INFO when a call succeeds again after failures ("redisstore: Redis
 // available again: bindings are shared", with the op); never one line per failed call.
 // Safe for concurrent use (the transitions are decided atomically; only a call that
 // started after the last change can make the next one, so calls in flight when Redis
@@ -116,8 +119,11 @@ func (s *Store) observe(op string, err error, since uint64) {
 		return
 	}
 	if next == availDown {
-		s.log.Warn("redisstore: Redis unavailable: bindings are decided locally until it answers",
-			"address", s.cfg.Address, "op", op, "err", err.Error())
+		msg := "redisstore: Redis unavailable: bindings are decided locally until it answers"
+		if op == metrics.StoreOpWatch { // claims and refreshes may still work: say what is known
+			msg = "redisstore: Redis unavailable to the invalidation subscription: other replicas' moves are not seen until it is back (calls that fail are decided locally)"
+		}
+		s.log.Warn(msg, "address", s.cfg.Address, "op", op, "err", err.Error())
 		return
 	}
 	s.log.Info("redisstore: Redis available again: bindings are shared", "address", s.cfg.Address, "op", op)

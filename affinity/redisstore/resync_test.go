@@ -220,6 +220,17 @@ func TestResyncSignal(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, resumed, "one line per re-establishment: %q", buf.lines())
+	warned := 0
+	for _, l := range buf.lines() {
+		if strings.Contains(l, "level=WARN") {
+			// Only the subscription was cut: the WARN says so rather than that every
+			// binding is now decided locally (tester30).
+			require.Contains(t, l, "unavailable to the invalidation subscription", l)
+			require.Contains(t, l, "op=watch", l)
+			warned++
+		}
+	}
+	require.Positive(t, warned, "the cut subscription is logged: %q", buf.lines())
 
 	clk.Advance(time.Second)
 	for s, sched := range map[string]*affinity.Scheduler{"old": old, "cur": cur} {
