@@ -186,17 +186,15 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 	x.slot = true // until the lease ends (release)
 	d, err := x.s.g.Decide(x.req, x.body, allow)
 	if err != nil {
-		var re *gateway.RequestError
-		code, status := "routing_error", http.StatusInternalServerError
-		if errors.As(err, &re) {
-			code, status = re.Code, re.Status
-		}
+		re := &gateway.RequestError{Status: http.StatusInternalServerError, Code: "routing_error", Err: err}
+		errors.As(err, &re)
+		code, status := re.Code, re.Status
 		result := "rejected"
 		if status == http.StatusServiceUnavailable {
 			result = "unavailable"
 		}
 		x.s.requests.WithLabelValues(result).Inc()
-		return []*extprocv3.ProcessingResponse{immediate(status, code, err.Error())}, true, nil
+		return []*extprocv3.ProcessingResponse{immediate(status, code, re.ClientMessage())}, true, nil
 	}
 	x.decision, x.endpoint = d, x.s.endpoint[d.BackendID]
 	x.leased = true

@@ -39,13 +39,14 @@ func destinationMetadata(endpoint string) *structpb.Struct {
 			MetadataKeyDestination: structpb.NewStringValue(endpoint)}})}}
 }
 
-// immediate is an ImmediateResponse with the gateway's OpenAI-style JSON error body.
+// immediate is an ImmediateResponse with the gateway's JSON error body: the OpenAI shape
+// with Anthropic's top-level "type":"error", as the HTTP gateway writes it.
 func immediate(status int, code, msg string) *extprocv3.ProcessingResponse {
 	typ := "invalid_request_error"
 	if status >= 500 {
 		typ = "server_error"
 	}
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"message": msg, "type": typ, "code": code}})
+	body, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"message": msg, "type": typ, "code": code}})
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
 			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},

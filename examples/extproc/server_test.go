@@ -193,10 +193,14 @@ func TestImmediateResponses(t *testing.T) {
 			assert.Equal(t, tt.status, int(ir.GetStatus().GetCode()))
 			assert.Equal(t, "application/json", setHeader(ir.GetHeaders(), "content-type"))
 			var body struct {
+				Type  string
 				Error struct{ Code, Message string }
 			}
 			require.NoError(t, json.Unmarshal(ir.GetBody(), &body))
 			assert.Equal(t, tt.code, body.Error.Code)
+			assert.Equal(t, "error", body.Type, "the HTTP gateway's shape: OpenAI's, with Anthropic's top-level type")
+			assert.NotContains(t, body.Error.Message, "gateway:", "no Go package prefix")
+			assert.NotContains(t, body.Error.Message, "affinity:", "no Go package prefix")
 			_, err := st.Recv()
 			assert.ErrorIs(t, err, io.EOF, "the picker ends the stream after an immediate response")
 			assert.Equal(t, 0, e.srv.InFlight())

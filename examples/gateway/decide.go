@@ -48,6 +48,18 @@ func (e *RequestError) Error() string { return e.Err.Error() }
 // Unwrap returns the cause.
 func (e *RequestError) Unwrap() error { return e.Err }
 
+// ClientMessage returns the message for the client's JSON error: the cause's text
+// without the Go packages' prefixes (ErrRequest's "gateway: bad request: ", the library's
+// "affinity: "), which name this program's code rather than the request's problem, as
+// the HTTP gateway writes it; "routing error" alone for a routing_error (an unexpected
+// failure: log the cause, do not show it). O(len(message)).
+func (e *RequestError) ClientMessage() string {
+	if e.Code == "routing_error" {
+		return "routing error"
+	}
+	return clientText(e.Err)
+}
+
 // ErrRequest is wrapped by the causes of [RequestError]s that have no library sentinel
 // (malformed body, unknown tier, missing session ID, conflicting duplicate headers).
 var ErrRequest = errors.New("gateway: bad request")

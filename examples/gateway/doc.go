@@ -122,7 +122,8 @@
 // particular text/event-stream, pass through untouched and unbuffered (ReverseProxy
 // flushes every write of a streaming response; with stream_usage, the one event the
 // gateway asked for in the client's place is taken out, see streamusage.go). Errors use the OpenAI shape
-// {"error":{"message","type","code"}}.
+// {"error":{"message","type","code"}} plus a top-level "type":"error", which is also the
+// Anthropic Messages API's shape.
 //
 // # Cost per request
 //

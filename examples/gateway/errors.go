@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/agentserve/sessionaffinity/affinity"
@@ -106,6 +107,25 @@ func proxyStatus(err error) (int, string) {
 	return http.StatusBadGateway, "backend_unavailable"
 }
 
+// routingError answers a request the Scheduler could not route (err from choose or
+// unbind): the status and code of classify, the message of [RequestError.ClientMessage];
+// an unexpected failure (routing_error) is logged at Error with its cause.
+func (g *Gateway) routingError(w http.ResponseWriter, err error) {
+	status, code := classify(err)
+	if code == "routing_error" {
+		g.log.Error("routing failed", "err", err)
+	}
+	writeError(w, status, code, (&RequestError{status, code, err}).ClientMessage())
+}
+
+// clientText is err's message for a client: without ErrRequest's and the library's
+// package prefixes ("gateway: bad request: ", "affinity: "), e.g. "no eligible backend:
+// all 3 candidates are down" (tester30: SDK users saw the library's error text).
+func clientText(err error) string {
+	msg := strings.TrimPrefix(err.Error(), ErrRequest.Error()+": ")
+	return strings.TrimPrefix(msg, "affinity: ")
+}
+
 // classify maps a routing error to an HTTP status and an error code.
 func classify(err error) (int, string) {
 	switch {
@@ -122,7 +142,14 @@ func classify(err error) (int, string) {
 	}
 }
 
+// errorBody is the gateway's JSON error: the OpenAI shape {"error":{"message","type",
+// "code"}} with a top-level "type":"error", which makes it the Anthropic Messages API's
+// shape {"type":"error","error":{"type","message"}} as well, so that the OpenAI and the
+// Anthropic SDKs both read it as an error of their own format (tester29: on /v1/messages
+// the Anthropic SDK saw a body of another API's shape); an OpenAI client ignores the
+// extra member.
 type errorBody struct {
+	Type  string      `json:"type"` // always "error"
 	Error errorDetail `json:"error"`
 }
 
@@ -132,7 +159,8 @@ type errorDetail struct {
 	Code    string `json:"code"`
 }
 
-// writeError writes an OpenAI-style JSON error: {"error":{"message","type","code"}}.
+// writeError writes the gateway's JSON error (errorBody):
+// {"type":"error","error":{"message","type","code"}}.
 // On the gateway's own writer it marks the response as gateway-generated (metrics).
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	if ow, ok := w.(*outcomeWriter); ok {
@@ -142,7 +170,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	if status >= 500 {
 		typ = "server_error"
 	}
-	writeJSON(w, status, errorBody{Error: errorDetail{Message: msg, Type: typ, Code: code}})
+	writeJSON(w, status, errorBody{Type: "error", Error: errorDetail{Message: msg, Type: typ, Code: code}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

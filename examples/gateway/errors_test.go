@@ -18,15 +18,26 @@ import (
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
-// errorCodeOf returns the "code" of an OpenAI-style JSON error body.
+// errorCodeOf returns the "code" of the gateway's JSON error body, after checking its
+// shape: OpenAI's {"error":{"message","type","code"}} with Anthropic's top-level
+// "type":"error" (both SDKs read it as an error of their own API).
 func errorCodeOf(t *testing.T, body string) string {
 	t.Helper()
 	var e struct {
+		Type  string `json:"type"`
 		Error struct {
-			Code string `json:"code"`
+			Message string `json:"message"`
+			Type    string `json:"type"`
+			Code    string `json:"code"`
 		} `json:"error"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	require.Equal(t, "error", e.Type, "top-level type: %s", body)
+	require.NotEmpty(t, e.Error.Message, body)
+	for _, prefix := range []string{"affinity:", "gateway:"} { // Go package prefixes: not the client's business
+		require.NotContains(t, e.Error.Message, prefix, body)
+	}
+	require.Contains(t, []string{"invalid_request_error", "server_error"}, e.Error.Type, body)
 	return e.Error.Code
 }
 

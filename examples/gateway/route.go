@@ -133,15 +133,13 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	case !generationCall(r): // hashed by its session, no binding (session.go)
 		if err := st.unbind(); err != nil {
-			status, code := classify(err)
-			writeError(w, status, code, err.Error())
+			g.routingError(w, err)
 			return
 		}
 	}
 	b, hit, err := st.choose()
 	if err != nil {
-		status, code := classify(err)
-		writeError(w, status, code, err.Error())
+		g.routingError(w, err)
 		return
 	}
 	st.backend, st.hit = b, hit
