@@ -50,8 +50,9 @@
 // string instead of a list of one, say) is refused with 400 "invalid_subset_hint"
 // naming the hint ([ErrSubsetHint]), not read as an empty subset.
 //
-// Errors become ImmediateResponses with the gateway's JSON error body (OpenAI's error object with Anthropic's top-level "type":"error"; the message without Go package prefixes), and the
-// stream ends: 503 when no endpoint is eligible (all Down, or none in the subset), as
+// Errors become ImmediateResponses with the gateway's JSON error body (OpenAI's error
+// object with Anthropic's top-level "type":"error"; the message without Go package
+// prefixes), and the stream ends: 503 when no endpoint is eligible (all Down, or none in the subset), as
 // the protocol requires; 400 for a malformed JSON body, an unknown tier or a session ID
 // that is too long (or missing on a generation call with require_session); 413 above
 // max_body_bytes.
