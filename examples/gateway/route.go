@@ -106,7 +106,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// Scope the binding by tenant: another tenant sending the same session (or
 		// parent) ID gets its own binding. Only the keyed hash reaches the Scheduler.
 		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
-			writeError(w, http.StatusBadRequest, "session_id_too_long", err.Error())
+			writeError(w, http.StatusBadRequest, "session_id_too_long", clientText(err))
 			return
 		}
 		// The salted copy is charged like the body (released with the request).

@@ -264,7 +264,7 @@ func TestTenantIdentityNeverExposed(t *testing.T) {
 	over := do(t, g, chat, chatBody, map[string]string{"Authorization": bearer(keyA), "X-Session-ID": strings.Repeat("z", 257)})
 	record(over)
 	assert.Equal(t, http.StatusBadRequest, over.Code)
-	assert.Contains(t, over.Body.String(), `"session_id_too_long"`)
+	assert.Equal(t, "session_id_too_long", errorCodeOf(t, over.Body.String()), "the error's shape, no package prefix (tester31)")
 	assert.Contains(t, over.Body.String(), "257 bytes (max 256)", "the client's own length")
 	// Break every binding: broken bindings are logged (at Debug) on their next turn.
 	for _, id := range []string{"b0", "b1", "b2"} {
