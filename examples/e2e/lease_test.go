@@ -31,6 +31,7 @@ func TestLeasesReleased(t *testing.T) {
 		cfg.Affinity.Load = affinity.LoadConfig{BalanceFactor: 1.25, SpillCostWeight: affinity.SpillWeight(8)}
 	})
 	const clients, perClient = 8, 125
+	var n leaseCounts // this run's (a package variable summed over -count runs)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	killed := false
@@ -57,16 +58,16 @@ func TestLeasesReleased(t *testing.T) {
 				if rng.IntN(5) == 0 {
 					id = "" // no session: hashed by a random key, leased without a binding
 				} else {
-					withSession.Add(1)
+					n.withSession.Add(1)
 				}
-				leaseRequest(t, c, rng, id)
+				leaseRequest(t, c, rng, id, &n)
 			}
 		}()
 	}
 	wg.Wait()
 	require.True(t, killed)
-	assert.Less(t, failed.Load(), int64(clients*perClient/20), "few requests fail, only around the kill")
-	t.Logf("502s or cut by the kill: %d", failed.Load())
+	assert.Less(t, n.failed.Load(), int64(clients*perClient/20), "few requests fail, only around the kill")
+	t.Logf("502s or cut by the kill: %d", n.failed.Load())
 	c.ts.Close() // waits for every handler, cancelled ones included
 
 	for id := range c.backends {
@@ -85,7 +86,7 @@ func TestLeasesReleased(t *testing.T) {
 	}
 	assert.Equal(t, 2*len(c.backends), seen, "one gauge per configured backend and metric")
 	st := c.gw.Scheduler().Stats()
-	assert.GreaterOrEqual(t, st.Hits+st.Misses, uint64(withSession.Load()*3/4), "requests with a session were placed through leases")
+	assert.GreaterOrEqual(t, st.Hits+st.Misses, uint64(n.withSession.Load()*3/4), "requests with a session were placed through leases")
 	assert.Positive(t, st.Broken.Total(), "the killed backend's bindings broke")
 	r := c.gw.Scheduler().Reuse("")
 	assert.Positive(t, r.PromptTokens, "usage from JSON and SSE responses reached Done")
@@ -93,8 +94,8 @@ func TestLeasesReleased(t *testing.T) {
 }
 
 // leaseRequest sends one chat request of session id ("": without a session): JSON or
-// SSE, maybe cancelled.
-func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
+// SSE, maybe cancelled; a request the kill failed counts in n.failed.
+func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string, n *leaseCounts) {
 	stream := rng.IntN(2) == 0
 	body := map[string]any{"model": "fake-model", "max_tokens": 8,
 		"messages": []msg{{Role: "system", Content: "rules for " + id + string(bytes.Repeat([]byte(" tools"), 200))},
@@ -137,12 +138,12 @@ func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
 	if errors.Is(err, io.ErrUnexpectedEOF) && resp.StatusCode == http.StatusOK {
 		// A response the kill cut after its first bytes: the gateway cannot replay it
 		// and ends the client's body early, as it must (its lease is released all the same).
-		failed.Add(1)
+		n.failed.Add(1)
 		return
 	}
 	require.NoError(t, err)
 	if resp.StatusCode == http.StatusBadGateway { // a request caught by the kill itself
-		failed.Add(1)
+		n.failed.Add(1)
 		return
 	}
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -153,9 +154,8 @@ func leaseRequest(t *testing.T, c *cluster, rng *rand.Rand, id string) {
 	require.Contains(t, []string{"hit", "miss", "rebind", "spill"}, resp.Header.Get(gateway.HeaderOutcome))
 }
 
-// withSession counts the requests of TestLeasesReleased sent with a session.
-var withSession atomic.Int64
-
-// failed counts the requests of TestLeasesReleased answered 502 or cut mid-body by the
-// kill (their leases must be released all the same).
-var failed atomic.Int64
+// leaseCounts are TestLeasesReleased's counts of one run.
+type leaseCounts struct {
+	withSession atomic.Int64 // requests sent with a session
+	failed      atomic.Int64 // requests answered 502 or cut mid-body by the kill (their leases are released all the same)
+}
