@@ -96,9 +96,10 @@ func (r *Ranker) Nodes() []Node { return append([]Node(nil), r.all...) }
 // varied weights over up to 64 live nodes, the branch-free keyed selection of [Pick] in
 // integers: one mix, one integer product and one addition per node over the contiguous
 // hashes and the fixed-point inverse weights and offsets prepared by [New] (no division,
-// no conversion), a proof from the winner's key without its mix, a second pass with a
-// short polynomial (in binary64, as Pick's) on about 13 % of the keys at 8 nodes (2 %
-// at 64), the exact
+// no conversion; up to 8 live nodes also one shift, one load from a shared 4 KiB table
+// and one subtraction, for keys that bound the logarithm's higher-order terms too), a
+// proof from the winner's key without its mix, a second pass with a short polynomial
+// (in binary64, as Pick's) on about 0.5 % of the keys at 8 nodes (2 % at 64), the exact
 // selection on near-ties. Above 64 live nodes, with 2 to 8 distinct weights and at
 // least 8 live nodes per weight on average, the equal-weight loop per weight class (the
 // score is increasing in u for a fixed weight) and an exact comparison of the class

@@ -41,6 +41,31 @@ import "math"
 // placement against the naive reference, with built near-ties. A Ranker's first proof
 // takes x_c from the winner's exact integer key rather than from its mix (keyX; a test
 // checks it against the mix).
+//
+// Keys with φ (a Ranker's first pass over up to tabMax live nodes). With
+// φ(x) = -ln(1-x) - x = Σ_{k>=2} x^k/k, increasing, and the bucket j = t>>21 of t
+// (X >= X_j = (1023-j)·2^21, so x_j = X_j·2^-31 < x, and (X+1)·2^-31 <= x_j + 2^-10),
+// the table holds g_j = min(max(floor(2^31·φ̂(x_j)) - 2, 0), 2^31), φ̂ = -log1p(-x_j) - x_j
+// in binary64: log1p is within an ulp and φ̂ < 6, so |2^31·(φ̂ - φ)| < 2^-18 and
+// 2^31·φ(x_j) - 4 <= g_j <= 2^31·φ(x_j) - 1 unless clamped (a clamp to 0 keeps
+// g_j + 4 >= 2^31·φ(x_j), one to 2^31 keeps the lower bound). The key is
+// S = X + g_j <= 2^31·(x + φ(x)) = -2^31·ln(u), times r = floor(2^26·wmin/w) as above:
+// k <= 2^31·sc·(-ln u)/w exactly (integers). It misses -ln u by at most the bucket's
+// rise of φ, 2^-10·x/(1-x), and 5·2^-31: about a thousandth of x_c against x_c/2 for the
+// first-order keys. The proof's upper bound for the winner, with x' >= (S+1)·2^-31 >=
+// (X+1)·2^-31 from its key (keyX), is for x' < 1
+//
+//	-ln(u_c) <= (X+1)·2^-31 + φ(x_j) + (φ((X+1)·2^-31) - φ(x_j))
+//	         <= (S+1)·2^-31 + 2^-29 + 2^-10·x'/(1-x') = U(x'),
+//
+// as φ(x_j) <= (g_j+4)·2^-31 and φ' = x/(1-x) is increasing; the test is U(x') < T,
+// computed as (2x'+2^-28)(1-x') + 2^-9·x' < 2T(1-x') after x' < 1 (x' >= 1, from 1-u
+// above about 0.65 on and wherever the table clamps, and NaN fail). It rounds like the
+// loose test (ρ' <= 16·2^-53), so the argument above stands with U for H. It fails for
+// 0.5 % of the keys at 8 nodes (13 % with first-order keys) and 0.1 % at 64 (1.8 %),
+// but costs a shift, a load and a subtraction per node, 0.4 ns: at 64 nodes more than
+// the second passes it saves. A sweep over every bucket's edges and a fuzz test check
+// S·2^-31 <= -ln u <= U against math.Log.
 
 // keyIdx masks the index bits of a packed key.
 const keyIdx = packedMax - 1
@@ -92,6 +117,44 @@ func minKeyFixed(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
 	iw, kd = iw[:len(pre)], kd[:len(pre)]
 	for i, h := range pre { // complemented keys, as in minKey
 		v := c.mid(kp^h)>>33*iw[i] + kd[i]
+		b2 = max(b2, v)
+		if b < v {
+			b2 = b
+		}
+		b = max(b, v)
+	}
+	return ^b, ^b2
+}
+
+// tabMax is the largest number of live nodes for which a Ranker's first pass takes the
+// keys with φ (minKeyTab): 0.4 ns more per node than minKeyFixed, which the rarer second
+// pass repays at 8 nodes (13 % -> 0.5 % of the keys) but not at 64 (1.8 % -> 0.1 %).
+const tabMax = 8
+
+// phiTab[j] is a lower bound of 2^31·φ(x_j) for φ(x) = -ln(1-x) - x and x_j =
+// (1023-j)/1024, the smallest X·2^-31 of the mid values z with z>>54 = j: floor of the
+// binary64 value minus 2, at least 0 and at most 2^31 (see the proof above).
+var phiTab = func() (tab [1024]uint32) {
+	for j := range tab {
+		x := float64(1023-j) / 1024
+		g := math.Floor(0x1p31*(-math.Log1p(-x)-x)) - 2
+		tab[j] = uint32(min(max(g, 0), 0x1p31))
+	}
+	return tab
+}()
+
+// minKeyTab is minKeyFixed with the keys S·iw[i], S = X + g, g = phiTab[t>>21] (the
+// proof above): t·iw[i] + kd[i] becomes (t-g)·iw[i] + kd[i] = ^(S·iw[i] | i) modulo
+// 2^64, where S < 2^32 and iw[i] <= 2^32 keep S·iw[i] + 63 below 2^64. One shift, one
+// load from the 4 KiB table and one subtraction per node more (and, compiled, a copy,
+// the table's address and a spilled register: 0.4 ns per node in all).
+//
+//go:noinline
+func minKeyTab(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
+	iw, kd = iw[:len(pre)], kd[:len(pre)]
+	for i, h := range pre { // complemented keys, as in minKey
+		t := c.mid(kp^h) >> 33
+		v := (t-uint64(phiTab[t>>21]))*iw[i] + kd[i]
 		b2 = max(b2, v)
 		if b < v {
 			b2 = b
@@ -165,19 +228,34 @@ func keyNodeX(b uint64, w float64) float64 {
 // pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most
 // packedMax; no duplicates). Its first proof is proven's loose test without the
 // winner's mix: x from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a
-// few products after the loop instead of a load, the mix and a conversion. Its second
-// pass is Pick's (minKeyP over the live nodes): keys from P in binary64 leave the
-// integer multiplier, which the mix needs, to the mix (four integer products per node
-// fewer than with keys from P in integers).
+// few products after the loop instead of a load, the mix and a conversion. Up to tabMax
+// live nodes the first pass takes the keys with φ (minKeyTab) and the test U(x) < T
+// (see the proof above). Its second pass is Pick's (minKeyP over the live nodes): keys
+// from P in binary64 leave the integer multiplier, which the mix needs, to the mix
+// (four integer products per node fewer than with keys from P in integers).
 func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
-	b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
-	i := int(b & keyIdx)
-	if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
-		return i, true
+	if len(r.pre) <= tabMax {
+		b, b2 := minKeyTab(kp, r.pre, r.iw, r.kd, newMixer())
+		if i := int(b & keyIdx); tabProven(r.keyX(b), float64(int64(b2>>6))*r.kt[i]) {
+			return i, true
+		}
+	} else {
+		b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
+		i := int(b & keyIdx)
+		if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
+			return i, true
+		}
 	}
-	b, b2 = minKeyP(kp, r.live, newMixer())
-	i = int(b & keyIdx)
+	b, b2 := minKeyP(kp, r.live, newMixer())
+	i := int(b & keyIdx)
 	return i, proven(kp, r.pre[i], math.Float64frombits(b2&^keyIdx)*r.live[i].weight, true)
+}
+
+// tabProven is the first proof after minKeyTab: U(x) < T for x from the winner's key
+// (keyX) and t2 = 2T, computed as (2x+2^-28)(1-x) + 2^-9·x < 2T(1-x) after x < 1 (see
+// the proof above). False for NaN.
+func tabProven(x, t2 float64) bool {
+	return x < 1 && (2*x+0x1p-28)*(1-x)+0x1p-9*x < t2*(1-x)
 }
 
 // keyX returns x >= (X+1)·2^-31 >= 1-u for the owner i of the first-order packed key b
@@ -185,6 +263,7 @@ func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
 // x = (b>>6)·kx[i] + 2^-31 with kx[i] = 2^-31·64/iw[i] rounded up by 2^-40 relative,
 // which covers the rounding of the conversion, the product and the sum (and is far
 // inside proven's 1e-9 margin). iw[i] = 0 gives 0·Inf = NaN, which fails every test.
+// For a key of minKeyTab, b>>6 = S·iw[i]/64 and so x >= (S+1)·2^-31 (S = X + g >= X).
 func (r *Ranker) keyX(b uint64) float64 {
 	return float64(int64(b>>6))*r.kx[b&keyIdx] + 0x1p-31
 }
