@@ -131,18 +131,6 @@ func minKeyFixed(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
 // pass repays at 8 nodes (13 % -> 0.5 % of the keys) but not at 64 (1.8 % -> 0.1 %).
 const tabMax = 8
 
-// phiTab[j] is a lower bound of 2^31·φ(x_j) for φ(x) = -ln(1-x) - x and x_j =
-// (1023-j)/1024, the smallest X·2^-31 of the mid values z with z>>54 = j: floor of the
-// binary64 value minus 2, at least 0 and at most 2^31 (see the proof above).
-var phiTab = func() (tab [1024]uint32) {
-	for j := range tab {
-		x := float64(1023-j) / 1024
-		g := math.Floor(0x1p31*(-math.Log1p(-x)-x)) - 2
-		tab[j] = uint32(min(max(g, 0), 0x1p31))
-	}
-	return tab
-}()
-
 // minKeyTab is minKeyFixed with the keys S·iw[i], S = X + g, g = phiTab[t>>21] (the
 // proof above): t·iw[i] + kd[i] becomes (t-g)·iw[i] + kd[i] = ^(S·iw[i] | i) modulo
 // 2^64, where S < 2^32 and iw[i] <= 2^32 keep S·iw[i] + 63 below 2^64. One shift, one
