@@ -66,31 +66,7 @@ func TestTabKeyBoundsSweep(t *testing.T) {
 // from the key is never below (S+1)·2^-31 and within 1e-12 of it, and the key carries
 // the node's index.
 func TestRankerTabKeyX(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for trial := range 20000 {
-		kh := rng.Uint64()
-		nodes := make([]hrw.Node, 2+rng.IntN(hrw.TabMax-1))
-		for i := range nodes {
-			z := rng.Uint64()
-			switch rng.IntN(4) {
-			case 0:
-				z &= 1<<33 - 1 // X = 2^31-1: u near 0, the table's largest entry
-			case 1:
-				z |= ^uint64(1<<33 - 1) // X = 0: u near 1
-			}
-			nodes[i] = hrw.NodeWithMid(fmt.Sprintf("b%d", i), kh, z, math.Exp2(30*rng.Float64()))
-		}
-		r, err := hrw.New(nodes)
-		require.NoError(t, err)
-		require.True(t, hrw.RankerKeyed(r))
-		for i := range nodes {
-			got, idx, exact := hrw.RankerTabKeyX(r, kh, i)
-			require.Equal(t, i, idx, "trial %d node %d", trial, i)
-			if !math.IsNaN(got) {
-				require.True(t, got >= exact && got <= exact*(1+1e-12), "trial %d node %d: %v for %v", trial, i, got, exact)
-			}
-		}
-	}
+	checkRankerKeyX(t, rand.New(rand.NewPCG(5, 6)), 20000, hrw.TabMax, hrw.RankerTabKeyX)
 }
 
 // TestTabFirstProof checks a Ranker's first proof alone over 2 to TabMax nodes, on
