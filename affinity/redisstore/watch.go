@@ -26,7 +26,7 @@ func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
 // restarted, a connection dropped), once Redis has confirmed the new SUBSCRIBE, so that
 // invalidations flow again before the refreshes fn triggers are sent. Not called for the
 // subscription made by [New] when it succeeds at once. As with Watch, fn replaces the
-// function registered before.
+// function registered before. Safe for concurrent use; O(1).
 func (s *Store) WatchResync(fn func()) {
 	s.mu.Lock()
 	s.resync = fn
@@ -34,7 +34,7 @@ func (s *Store) WatchResync(fn func()) {
 }
 
 // Resyncs returns how many times the subscription was re-established after a receive
-// error (each one a WatchResync call). One atomic load.
+// error (each one a WatchResync call). Safe for concurrent use; one atomic load.
 func (s *Store) Resyncs() uint64 { return s.resyncs.Load() }
 
 // resynced runs on the subscriber goroutine when the subscription is back after a
