@@ -70,7 +70,9 @@
 //     (limits.retry_after_seconds). Shown in agentserve_gateway_inflight_bytes.
 //   - limits.max_inflight_requests: a decision holds one slot until its lease ends (the
 //     response stream's end, or the stream's end); over it, 503 "overloaded" with
-//     Retry-After. Shown in agentserve_gateway_inflight_requests.
+//     Retry-After. Shown in agentserve_gateway_inflight_requests. A decision that finds
+//     no eligible backend gets ImmediateResponse 503 "no_backend_available" with the
+//     same Retry-After.
 //   - timeouts.read_body_seconds: bounds the time from the stream's start to the
 //     decision (headers and body); exceeded, ImmediateResponse 408 "request_timeout".
 //   - limits.max_header_bytes: the request headers' names and values plus 4 bytes a line

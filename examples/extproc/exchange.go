@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -194,7 +195,13 @@ func (x *exchange) decide(trailer *extprocv3.ProcessingResponse) ([]*extprocv3.P
 			result = "unavailable"
 		}
 		x.s.requests.WithLabelValues(result).Inc()
-		return []*extprocv3.ProcessingResponse{immediate(status, code, re.ClientMessage())}, true, nil
+		r := immediate(status, code, re.ClientMessage())
+		if status == http.StatusServiceUnavailable { // no_backend_available: as the HTTP gateway's
+			ir := r.GetImmediateResponse()
+			ir.Headers.SetHeaders = append(ir.Headers.SetHeaders,
+				header("retry-after", strconv.Itoa(x.s.g.Config().Limits.RetryAfterSeconds)))
+		}
+		return []*extprocv3.ProcessingResponse{r}, true, nil
 	}
 	x.decision, x.endpoint = d, x.s.endpoint[d.BackendID]
 	x.leased = true

@@ -192,6 +192,11 @@ func TestImmediateResponses(t *testing.T) {
 			require.NotNil(t, ir)
 			assert.Equal(t, tt.status, int(ir.GetStatus().GetCode()))
 			assert.Equal(t, "application/json", setHeader(ir.GetHeaders(), "content-type"))
+			if tt.status == http.StatusServiceUnavailable { // limits.retry_after_seconds, default 1
+				assert.Equal(t, "1", setHeader(ir.GetHeaders(), "retry-after"))
+			} else {
+				assert.Empty(t, setHeader(ir.GetHeaders(), "retry-after"))
+			}
 			var body struct {
 				Type  string
 				Error struct{ Code, Message string }

@@ -109,11 +109,17 @@ func proxyStatus(err error) (int, string) {
 
 // routingError answers a request the Scheduler could not route (err from choose or
 // unbind): the status and code of classify, the message of [RequestError.ClientMessage];
-// an unexpected failure (routing_error) is logged at Error with its cause.
-func (g *Gateway) routingError(w http.ResponseWriter, err error) {
+// an unexpected failure (routing_error) is logged at Error with its cause. A 503
+// no_backend_available carries Retry-After: limits.retry_after_seconds, as the 503
+// overloaded does: every backend down or draining is a temporary state (RFC 9110,
+// section 10.2.3), and the OpenAI and Anthropic SDKs wait that long before their retry.
+func (g *Gateway) routingError(w http.ResponseWriter, rt *routing, err error) {
 	status, code := classify(err)
 	if code == "routing_error" {
 		g.log.Error("routing failed", "err", err)
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(rt.cfg.Limits.RetryAfterSeconds))
 	}
 	writeError(w, status, code, (&RequestError{status, code, err}).ClientMessage())
 }

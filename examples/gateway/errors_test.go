@@ -290,8 +290,9 @@ func TestUnknownTierNeverEchoesCredentials(t *testing.T) {
 // With every backend down, each kind of request gets the same 503 message: a POST with a
 // session (the Scheduler's), a GET /v1/models, a POST without a session, a GET with one.
 // (Before: the requests routed without a binding said `no eligible backend: tier ""`.)
+// Each carries Retry-After: limits.retry_after_seconds, as the 503 overloaded does.
 func TestAllDownSameMessage(t *testing.T) {
-	g, _ := testGateway(t, "health: {enabled: false}\n")
+	g, _ := testGateway(t, "health: {enabled: false}\nlimits: {retry_after_seconds: 3}\n")
 	for _, id := range []string{"b0", "b1", "b2"} {
 		g.Scheduler().OnBackendDown(id)
 	}
@@ -320,6 +321,7 @@ func TestAllDownSameMessage(t *testing.T) {
 			assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 			assert.Equal(t, "no_backend_available", errorCodeOf(t, rec.Body.String()))
 			assert.Contains(t, rec.Body.String(), want)
+			assert.Equal(t, "3", rec.Header().Get("Retry-After"))
 		})
 	}
 }

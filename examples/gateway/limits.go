@@ -37,7 +37,8 @@ type LimitsConfig struct {
 	// hold every slot: they are bounded by MaxConnections, timeouts.read_body_seconds
 	// and MaxInflightBytes instead.
 	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
-	// RetryAfterSeconds is the Retry-After value of those 503s, whole seconds (default 1).
+	// RetryAfterSeconds is the Retry-After value of those 503s, whole seconds (default 1);
+	// the 503 no_backend_available (every candidate down or draining) carries it too.
 	RetryAfterSeconds int `yaml:"retry_after_seconds"`
 	// MaxHeaderBytes bounds a client's request line and headers (default 65536); larger:
 	// HTTP 431 from net/http, which reads 4,096 bytes over it first (its buffer slack),

@@ -133,13 +133,13 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	case !generationCall(r): // hashed by its session, no binding (session.go)
 		if err := st.unbind(); err != nil {
-			g.routingError(w, err)
+			g.routingError(w, rt, err)
 			return
 		}
 	}
 	b, hit, err := st.choose()
 	if err != nil {
-		g.routingError(w, err)
+		g.routingError(w, rt, err)
 		return
 	}
 	st.backend, st.hit = b, hit
