@@ -22,12 +22,12 @@ var zero = 0.0
 // TabMax is tabMax. Test-only.
 const TabMax = tabMax
 
-// RankerTabKeyX is RankerKeyX for the keys of minKeyTab: the bound keyX derives from
+// RankerTabKeyX is RankerKeyX for the keys of tabSet.first: the bound keyX derives from
 // node i's key, the index the key carries, and (S+1)·2^-31 from the node's mix (S = X +
 // phiTab[t>>21]). Test-only.
 func RankerTabKeyX(r *Ranker, keyHash uint64, i int) (fromKey float64, idx int, exact float64) {
 	kp := premix(keyHash)
-	b, _ := minKeyTab(kp, r.pre[i:i+1], r.iw[i:i+1], r.kd[i:i+1], newMixer())
+	b, _ := newTabSet(r.pre[i:i+1], r.iw[i:i+1], r.kd[i:i+1], r.kx[i:i+1], r.kt[i:i+1]).first(kp, newMixer())
 	t := mid(kp^r.pre[i]) >> 33
 	s := 1<<31 - 1 - t + uint64(phiTab[t>>21])
 	return r.keyX(b), int(b & keyIdx), float64(int64(s+1)) * 0x1p-31
@@ -36,7 +36,10 @@ func RankerTabKeyX(r *Ranker, keyHash uint64, i int) (fromKey float64, idx int, 
 // RankerFirstProof runs the first pass and first proof of a keyed Ranker with up to
 // tabMax live nodes alone: the winner it tries and whether the proof holds. Test-only.
 func RankerFirstProof(r *Ranker, keyHash uint64) (int, bool) {
-	b, b2 := minKeyTab(premix(keyHash), r.pre, r.iw, r.kd, newMixer())
-	i := int(b & keyIdx)
-	return i, tabProven(r.keyX(b), float64(int64(b2>>6))*r.kt[i])
+	b, b2 := r.tab.first(premix(keyHash), newMixer())
+	i := r.tab.winner(b)
+	return i, r.tab.proven(b, b2, i)
 }
+
+// TabProven is tabProven, the first proof's test U(x) < T. Test-only.
+func TabProven(x, t float64) bool { return tabProven(x, t) }

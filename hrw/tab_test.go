@@ -3,6 +3,7 @@ package hrw_test
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 
@@ -119,4 +120,44 @@ func TestTabFirstProof(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestTabProven checks the first proof's test against U(x) = x + 2^-29 + 2^-10·x/(1-x)
+// computed with 200-bit floats, for x from 2^-31 to just below 1 and T within 2^-30 of
+// U(x) on both sides: whenever it holds, U(x) < T·(1+2^-49) (the rounding the proof in
+// weighted.go allows for); and it holds whenever U(x)·(1+2^-44) <= T (it is not looser
+// than U). For x >= 1 and for NaN it never holds.
+func TestTabProven(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	xs := []float64{0x1p-31, 0x2p-31, 0x5p-31, 0x1p-20, 0x1p-10, 0.1, 0.25, 0.5, 0.6, 0.75, 0.9,
+		0.99, 1 - 0x1p-20, 1 - 0x1p-31, 1 - 0x1p-52}
+	for range 20000 {
+		xs = append(xs, math.Exp2(-31*rng.Float64()), float64(1+rng.Uint64N(1<<31-1))*0x1p-31)
+	}
+	const prec = 200
+	for _, x := range xs {
+		bx := new(big.Float).SetPrec(prec).SetFloat64(x)
+		one := new(big.Float).SetPrec(prec).SetInt64(1)
+		q := new(big.Float).SetPrec(prec).Quo(bx, new(big.Float).SetPrec(prec).Sub(one, bx))
+		u := new(big.Float).SetPrec(prec).Add(bx, big.NewFloat(0x1p-29))
+		u.Add(u, q.Mul(q, big.NewFloat(0x1p-10)))
+		for _, d := range []float64{-0x1p-30, -0x1p-44, -0x1p-47, -0x1p-49, 0, 0x1p-49, 0x1p-47, 0x1p-44, 0x1p-30} {
+			tf, _ := new(big.Float).SetPrec(prec).Mul(u, big.NewFloat(1+d)).Float64()
+			bt := new(big.Float).SetPrec(prec).SetFloat64(tf)
+			if hrw.TabProven(x, tf) {
+				lim := new(big.Float).SetPrec(prec).Mul(bt, big.NewFloat(1+0x1p-49))
+				require.Negative(t, u.Cmp(lim), "x=%v T=%v: holds although U(x) >= T·(1+2^-49)", x, tf)
+			}
+			if tight := new(big.Float).SetPrec(prec).Mul(u, big.NewFloat(1+0x1p-44)); tight.Cmp(bt) <= 0 {
+				require.True(t, hrw.TabProven(x, tf), "x=%v T=%v: fails although U(x)·(1+2^-44) <= T", x, tf)
+			}
+		}
+	}
+	for _, x := range []float64{1, 1 + 0x1p-52, 1.5, 2, math.Inf(1), math.NaN()} {
+		for _, tf := range []float64{0, 1, 3, 1e300, math.Inf(1), math.NaN()} {
+			require.False(t, hrw.TabProven(x, tf), "x=%v T=%v", x, tf)
+		}
+	}
+	require.False(t, hrw.TabProven(math.NaN(), 0.5))
+	require.False(t, hrw.TabProven(0.1, math.NaN()))
 }

@@ -59,13 +59,18 @@ import "math"
 //	         <= (S+1)·2^-31 + 2^-29 + 2^-10·x'/(1-x') = U(x'),
 //
 // as φ(x_j) <= (g_j+4)·2^-31 and φ' = x/(1-x) is increasing; the test is U(x') < T,
-// computed as (2x'+2^-28)(1-x') + 2^-9·x' < 2T(1-x') after x' < 1 (x' >= 1, from 1-u
-// above about 0.65 on and wherever the table clamps, and NaN fail). It rounds like the
-// loose test (ρ' <= 16·2^-53), so the argument above stands with U for H. It fails for
-// 0.5 % of the keys at 8 nodes (13 % with first-order keys) and 0.1 % at 64 (1.8 %),
-// but costs a shift, a load and a subtraction per node, 0.4 ns: at 64 nodes more than
-// the second passes it saves. A sweep over every bucket's edges and a fuzz test check
-// S·2^-31 <= -ln u <= U against math.Log.
+// computed as d = T - (x' + 2^-29) > 0 and d·(1-x') > 2^-10·x' (tabProven). x' >= 1,
+// from 1-u above about 0.65 on and wherever the table clamps, fails (d > 0 and
+// 1-x' <= 0 give d·(1-x') <= 0 < 2^-10·x'), and so does NaN. Rounding: with the sum,
+// the difference, 1-x' and the product each within a factor 1±2^-53 (2^-10·x' is
+// exact), d > 0 and the product above 2^-10·x' > 0 give x' < 1 and
+// T - (x'+2^-29)(1+e) > 2^-10·x'/(1-x')·(1-3·2^-53), so U(x') < T·(1+4·2^-53): with
+// T's own rounding within ρ' <= 16·2^-53 as for the loose test, so the argument above
+// stands with U for H (TestTabProven checks the test against U in 200-bit floats). It
+// fails for 0.5 % of the keys at 8 nodes (13 % with first-order keys) and 0.1 % at 64
+// (1.8 %), but costs a shift, a load and a subtraction per node, 0.4 ns: at 64 nodes
+// more than the second passes it saves. A sweep over every bucket's edges and a fuzz
+// test check S·2^-31 <= -ln u <= U against math.Log.
 
 // keyIdx masks the index bits of a packed key.
 const keyIdx = packedMax - 1
@@ -127,30 +132,10 @@ func minKeyFixed(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
 }
 
 // tabMax is the largest number of live nodes for which a Ranker's first pass takes the
-// keys with φ (minKeyTab): 0.4 ns more per node than minKeyFixed, which the rarer second
-// pass repays at 8 nodes (13 % -> 0.5 % of the keys) but not at 64 (1.8 % -> 0.1 %).
+// keys with φ (tabSet.first): 0.4 ns more per node than minKeyFixed, which the rarer
+// second pass repays at 8 nodes (13 % -> 0.5 % of the keys) but not at 64 (1.8 % ->
+// 0.1 %). A power of two: the packed key's index bits mask to it.
 const tabMax = 8
-
-// minKeyTab is minKeyFixed with the keys S·iw[i], S = X + g, g = phiTab[t>>21] (the
-// proof above): t·iw[i] + kd[i] becomes (t-g)·iw[i] + kd[i] = ^(S·iw[i] | i) modulo
-// 2^64, where S < 2^32 and iw[i] <= 2^32 keep S·iw[i] + 63 below 2^64. One shift, one
-// load from the 4 KiB table and one subtraction per node more (and, compiled, a copy,
-// the table's address and a spilled register: 0.4 ns per node in all).
-//
-//go:noinline
-func minKeyTab(kp uint64, pre, iw, kd []uint64, c mixer) (b, b2 uint64) {
-	iw, kd = iw[:len(pre)], kd[:len(pre)]
-	for i, h := range pre { // complemented keys, as in minKey
-		t := c.mid(kp^h) >> 33
-		v := (t-uint64(phiTab[t>>21]))*iw[i] + kd[i]
-		b2 = max(b2, v)
-		if b < v {
-			b2 = b
-		}
-		b = max(b, v)
-	}
-	return ^b, ^b2
-}
 
 // proven reports whether the node with premixed hash pre, owner of the smallest key,
 // provably wins against every node whose key is at least k2, the runner-up's key, for
@@ -214,36 +199,26 @@ func keyNodeX(b uint64, w float64) float64 {
 }
 
 // pickKeyed is the package-level pickKeyed over the Ranker's live nodes (at most
-// packedMax; no duplicates). Its first proof is proven's loose test without the
-// winner's mix: x from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a
-// few products after the loop instead of a load, the mix and a conversion. Up to tabMax
-// live nodes the first pass takes the keys with φ (minKeyTab) and the test U(x) < T
-// (see the proof above). Its second pass is Pick's (minKeyP over the live nodes): keys
+// packedMax; no duplicates; over up to tabMax live nodes pickUniform runs tab's first
+// pass instead). Its first proof is proven's loose test without the winner's mix: x
+// from keyX, and 2T = (b2>>6)·kt[i]. That takes two conversions and a few products
+// after the loop instead of a load, the mix and a conversion.
+func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
+	b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
+	i := int(b & keyIdx)
+	if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
+		return i, true
+	}
+	return r.pickKeyedP(kp)
+}
+
+// pickKeyedP is pickKeyed's second pass, Pick's (minKeyP over the live nodes): keys
 // from P in binary64 leave the integer multiplier, which the mix needs, to the mix
 // (four integer products per node fewer than with keys from P in integers).
-func (r *Ranker) pickKeyed(kp uint64) (int, bool) {
-	if len(r.pre) <= tabMax {
-		b, b2 := minKeyTab(kp, r.pre, r.iw, r.kd, newMixer())
-		if i := int(b & keyIdx); tabProven(r.keyX(b), float64(int64(b2>>6))*r.kt[i]) {
-			return i, true
-		}
-	} else {
-		b, b2 := minKeyFixed(kp, r.pre, r.iw, r.kd, newMixer())
-		i := int(b & keyIdx)
-		if x := r.keyX(b); x*(2-x) < float64(int64(b2>>6))*r.kt[i]*(1-x) {
-			return i, true
-		}
-	}
+func (r *Ranker) pickKeyedP(kp uint64) (int, bool) {
 	b, b2 := minKeyP(kp, r.live, newMixer())
 	i := int(b & keyIdx)
 	return i, proven(kp, r.pre[i], math.Float64frombits(b2&^keyIdx)*r.live[i].weight, true)
-}
-
-// tabProven is the first proof after minKeyTab: U(x) < T for x from the winner's key
-// (keyX) and t2 = 2T, computed as (2x+2^-28)(1-x) + 2^-9·x < 2T(1-x) after x < 1 (see
-// the proof above). False for NaN.
-func tabProven(x, t2 float64) bool {
-	return x < 1 && (2*x+0x1p-28)*(1-x)+0x1p-9*x < t2*(1-x)
 }
 
 // keyX returns x >= (X+1)·2^-31 >= 1-u for the owner i of the first-order packed key b
@@ -251,7 +226,7 @@ func tabProven(x, t2 float64) bool {
 // x = (b>>6)·kx[i] + 2^-31 with kx[i] = 2^-31·64/iw[i] rounded up by 2^-40 relative,
 // which covers the rounding of the conversion, the product and the sum (and is far
 // inside proven's 1e-9 margin). iw[i] = 0 gives 0·Inf = NaN, which fails every test.
-// For a key of minKeyTab, b>>6 = S·iw[i]/64 and so x >= (S+1)·2^-31 (S = X + g >= X).
+// For a key of tabSet.first, b>>6 = S·iw[i]/64 and so x >= (S+1)·2^-31 (S = X + g >= X).
 func (r *Ranker) keyX(b uint64) float64 {
 	return float64(int64(b>>6))*r.kx[b&keyIdx] + 0x1p-31
 }
