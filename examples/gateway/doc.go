@@ -183,11 +183,15 @@
 //   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
-// drain_seconds (default 10) to finish, then the rest are cut — event streams first get
-// the error event below (1 s at most is given for it), then the connections are closed
-// — each logged at Info as "request cut by the shutdown drain" (not as a client that
-// went away; counted client_closed, as its client got no whole answer); Serve waits 1 s
-// at most for the cut handlers to return, so each cut is logged before it returns.
+// drain_seconds (default 10) to finish, then the rest are cut — a request still waiting
+// for its backend's response headers is answered a JSON 503 "shutdown" with
+// Retry-After, event streams first get the error event below (1 s at most is given for
+// these), then the connections are closed — each logged at Info as "request cut by the
+// shutdown drain" (not as a client that went away; a cut stream or body is counted
+// client_closed, as its client got no whole answer); Serve waits 1 s at most for the cut
+// handlers to return, so each cut is logged before it returns. A listener that fails
+// is drained the same way. Decision: the 503 rather than a closed connection, because
+// the OpenAI and Anthropic SDKs read it as their typed error and retry it.
 // [Gateway.EndDrain] ends the drain at once. Decision: the command calls it on a second SIGINT or SIGTERM — kill twice =
 // now, what operators expect; the bindings are still saved. With binding_snapshot
 // set, it saves the binding table to that file on shutdown (written to a temporary file

@@ -11,10 +11,13 @@ import (
 // Bounds of the end of [Gateway.Serve]'s drain, after drain_seconds or EndDrain: at
 // most drainCutGrace + drainHandlerWait (2 s) more before the bindings are saved.
 const (
-	// drainCutGrace bounds the wait for the event streams the drain's end cuts to write
-	// their error event (streamerr.go) before the connections are closed. A stream cut
-	// so writes it at once — its backend read fails as its attempt is cancelled — unless
-	// its client is not reading; the close then ends it without the event.
+	// drainCutGrace bounds the wait, once the drain's end has cut the requests still
+	// waiting for a backend's response headers (each answers a 503 "shutdown") and the
+	// event streams still being forwarded (each writes its error event, streamerr.go),
+	// for every handler to return before the connections are closed. A request so cut
+	// answers at once — its attempt is cancelled — unless its client is not reading;
+	// the close then ends it without its answer. A response being copied that was not
+	// cut (a JSON body) may end in that time too.
 	drainCutGrace = time.Second
 	// drainHandlerWait bounds the wait, once the connections are closed, for the handlers
 	// still running to return — each logs its cut ("request cut by the shutdown drain")
@@ -25,19 +28,20 @@ const (
 
 // shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
 // (requests still running then were cut by it), the request to end it early
-// ([Gateway.EndDrain]), the event streams being forwarded (cut at its end with
-// errDrainCut, so that each writes its error event) and the count of Serve's handlers
-// running (waited for before Serve returns). New makes endCh and idle. Safe for
-// concurrent use.
+// ([Gateway.EndDrain]), the backend attempts waiting for their response headers and the
+// event streams being forwarded (both cut at its end with errDrainCut: the first answer
+// a 503 "shutdown", the others write their error event) and the count of Serve's
+// handlers running (waited for before the connections are closed and before Serve
+// returns). New makes endCh and idle. Safe for concurrent use.
 type shutdownDrain struct {
 	cut     atomic.Bool // the drain is over: the remaining connections are being closed
 	endOnce sync.Once
 	endCh   chan struct{} // closed by end
 
-	mu      sync.Mutex
-	streams map[*leaseBody]struct{} // event streams being forwarded (wrapLease)
-	cutting bool                    // they were cut: a stream tracked from now on is cut at once
-	emptied chan struct{}           // while cutStreams waits: closed when streams becomes empty
+	mu       sync.Mutex
+	attempts map[*attemptTimer]struct{} // attempts waiting for their response headers (attempt)
+	streams  map[*leaseBody]struct{}    // event streams being forwarded (wrapLease)
+	cutting  bool                       // they were cut: one tracked from now on is cut at once
 
 	running atomic.Int64  // Serve's handlers running (counted)
 	waiting atomic.Bool   // waitHandlers is waiting for running to reach 0
@@ -47,8 +51,32 @@ type shutdownDrain struct {
 // end asks the drain to end now (idempotent).
 func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
 
+// trackAttempt records at, a backend attempt about to wait for its response headers,
+// until untrackAttempt; after the drain's end (cutAll) it cuts at at once instead. One
+// lock (every attempt takes two: measured in BenchmarkServeHTTP, see the package doc).
+func (d *shutdownDrain) trackAttempt(at *attemptTimer) {
+	d.mu.Lock()
+	if d.cutting {
+		d.mu.Unlock()
+		at.cancel(errDrainCut)
+		return
+	}
+	if d.attempts == nil {
+		d.attempts = make(map[*attemptTimer]struct{})
+	}
+	d.attempts[at] = struct{}{}
+	d.mu.Unlock()
+}
+
+// untrackAttempt forgets at: its response headers arrived, or it failed. One lock.
+func (d *shutdownDrain) untrackAttempt(at *attemptTimer) {
+	d.mu.Lock()
+	delete(d.attempts, at)
+	d.mu.Unlock()
+}
+
 // track records b, an event stream being forwarded whose attempt b.end.cancel cancels,
-// until untrack; after the drain's end (cutStreams) it cuts b at once instead. One lock.
+// until untrack; after the drain's end (cutAll) it cuts b at once instead. One lock.
 func (d *shutdownDrain) track(b *leaseBody) {
 	d.mu.Lock()
 	if d.cutting {
@@ -69,39 +97,25 @@ func (d *shutdownDrain) untrack(b *leaseBody) {
 	b.end.drain = nil
 	d.mu.Lock()
 	delete(d.streams, b)
-	if len(d.streams) == 0 && d.emptied != nil {
-		close(d.emptied)
-		d.emptied = nil
-	}
 	d.mu.Unlock()
 }
 
-// cutStreams cancels the attempt of every event stream being forwarded with
-// errDrainCut — each then writes its error event and ends — and waits until all have
-// ended (their bodies closed), or for grace at most. It returns how many had not.
-func (d *shutdownDrain) cutStreams(grace time.Duration) int {
+// cutAll cancels, with errDrainCut, every attempt waiting for its response headers —
+// each request then answers a 503 "shutdown" (proxyError) — and the attempt of every
+// event stream being forwarded — each then writes its error event and ends — and makes
+// track and trackAttempt cut what they are given from now on. It returns how many it
+// cut of each.
+func (d *shutdownDrain) cutAll() (attempts, streams int) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.cutting = true
+	for at := range d.attempts {
+		at.cancel(errDrainCut)
+	}
 	for b := range d.streams {
 		b.end.cancel(errDrainCut)
 	}
-	if len(d.streams) == 0 {
-		d.mu.Unlock()
-		return 0
-	}
-	emptied := make(chan struct{})
-	d.emptied = emptied
-	d.mu.Unlock()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-emptied:
-		return 0
-	case <-t.C:
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.streams)
+	return len(d.attempts), len(d.streams)
 }
 
 // counted returns h counting its calls in d.running while they run.
@@ -180,11 +194,14 @@ func (g *Gateway) logCut(st *route, r *http.Request) {
 	}
 }
 
-// shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then cuts the event
-// streams still running (each writes its error event: streamerr.go; drainCutGrace at
-// most), closes what is left and ends the tunnels; each request still running then is
-// logged as cut by the drain (route.go). It reports why the drain ended early: ""
-// (every request finished), "drain_seconds" or "EndDrain".
+// shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then cuts the
+// requests still waiting for their backend's response headers (each answers a 503
+// "shutdown") and the event streams still running (each writes its error event:
+// streamerr.go), waits drainCutGrace at most for the handlers to return (an upgrade
+// tunnel's handler too: it then takes the whole grace), closes what is left and ends
+// the tunnels; each request still running then is logged as cut by the drain
+// (route.go). It reports why the drain ended early: "" (every request
+// finished), "drain_seconds" or "EndDrain".
 func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Duration, closeTunnels func()) string {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer scancel()
@@ -208,9 +225,12 @@ func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Dur
 		if early.Load() {
 			why = "EndDrain"
 		}
-		g.drain.cut.Store(true) // before the streams are cut and the connections close: their handlers log the cut
-		if n := g.drain.cutStreams(drainCutGrace); n > 0 {
-			g.log.Info("streams cut by the drain still running: closing their connections", "streams", n, "waited", drainCutGrace)
+		g.drain.cut.Store(true) // before anything is cut and the connections close: their handlers log the cut
+		g.drain.cutAll()
+		// Tunnels end after this wait: every request's context derives from theirs, and a
+		// request whose context ends answers nothing (a client that went away).
+		if n := g.drain.waitHandlers(drainCutGrace); n > 0 {
+			g.log.Info("requests cut by the drain still running: closing their connections", "requests", n, "waited", drainCutGrace)
 		}
 		_ = srv.Close()
 	}

@@ -24,7 +24,9 @@ import (
 // attempt and a short reason (failureReason: never an address nor the Go error), whose
 // lease ends with err. It logs one Warn line with the backend and the whole error,
 // unless err is a warnedError (logged already where it happened: Debug here) or the
-// client went away (nothing is answered or logged).
+// client went away (nothing is answered or logged). An attempt the end of Serve's drain
+// cut (errDrainCut) is no backend failure: a JSON 503 "shutdown" with Retry-After,
+// logged at Info as the drain's cut.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil { // the client went away
 		return
@@ -34,6 +36,13 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		st.release(usage{}, err)
 		w.Header().Set(HeaderBackend, b.id)
 		w.Header().Set(HeaderAffinityHit, strconv.FormatBool(hit))
+		if errors.Is(err, errDrainCut) { // the end of Serve's drain: not the backend's failure
+			g.log.Info("request cut by the shutdown drain", "backend", b.id, "status", http.StatusServiceUnavailable)
+			w.Header().Set("Retry-After", strconv.Itoa(st.rt.cfg.Limits.RetryAfterSeconds))
+			writeError(w, http.StatusServiceUnavailable, "shutdown",
+				"the gateway is shutting down: the request was cut at the end of its drain; retry")
+			return
+		}
 		level := slog.LevelWarn
 		if errors.As(err, new(warnedError)) {
 			level = slog.LevelDebug
@@ -98,6 +107,9 @@ func (e warnedError) Unwrap() error { return e.error }
 // timeout (response headers, dial), 502 backend_bad_response for a malformed response
 // ([ErrBadResponse]), 502 backend_unavailable otherwise.
 func proxyStatus(err error) (int, string) {
+	if errors.Is(err, errDrainCut) {
+		return http.StatusServiceUnavailable, "shutdown"
+	}
 	if errors.Is(err, ErrBackendTimeout) || isTimeout(err) {
 		return http.StatusGatewayTimeout, "backend_timeout"
 	}

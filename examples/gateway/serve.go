@@ -80,14 +80,17 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // Serve serves HTTP on ln (at most limits.max_connections client connections at once,
 // with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
-// drain_seconds (default 10 s) or until [Gateway.EndDrain] (then each event stream still
-// running gets an SSE error event with code "shutdown" (see the package doc; at most 1 s is given
-// for it), then the remaining connections are closed; each request cut so is logged at
-// Info as "request cut by the shutdown drain", and Serve waits up to 1 s more for those
-// handlers to return; upgrade tunnels, which Shutdown does not wait for, are closed when
-// the drain is over), closes idle
-// backend connections and, when binding_snapshot is set, saves the bindings there
-// ([Gateway.SaveBindings]).
+// drain_seconds (default 10 s) or until [Gateway.EndDrain]. Then each request still
+// waiting for its backend's response headers is answered a JSON 503 "shutdown" with
+// Retry-After, and each event stream still running gets an SSE error event with code
+// "shutdown" (see the package doc); at most 1 s is given for these answers, then the
+// remaining connections are closed; each request cut so is logged at Info as "request
+// cut by the shutdown drain", and Serve waits up to 1 s more for those handlers to
+// return; upgrade tunnels, which Shutdown does not wait for, are closed when the drain
+// is over. It then closes idle backend connections and, when binding_snapshot is set,
+// saves the bindings there ([Gateway.SaveBindings]). If the listener fails (Accept
+// returns an error that is not temporary), Serve logs it and drains the requests in
+// flight the same way before it returns the listener's error.
 //
 // Before serving it loads that file if it exists ([Gateway.LoadBindings]; a missing
 // file is not an error), logging when the load starts and ends. Decisions:
@@ -104,8 +107,8 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 //     be renamed either is not saved over: the shutdown logs an Error and Serve returns
 //     an error instead of replacing it.
 //
-// It returns nil after a clean shutdown, or the error of saving the snapshot (or of not
-// saving it, as above).
+// It returns nil after a clean shutdown, the listener's error, or the error of saving
+// the snapshot (or of not saving it, as above).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	loaded := g.state().cfg.BindingSnapshot
 	var keep error // loaded holds a file that must not be saved over
@@ -128,20 +131,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { errc <- srv.Serve(ln) }()
 	var err error
 	select {
-	case err = <-errc: // listener failed
+	case err = <-errc: // the listener failed: drain the requests in flight as on a shutdown
+		g.log.Error("listener failed: no new connections; draining the requests in flight", "err", err)
+		g.drainServer(ctx, srv, closeTunnels)
 	case <-ctx.Done():
-		drain := time.Duration(g.state().cfg.DrainSeconds * float64(time.Second))
-		switch g.shutdown(ctx, srv, drain, closeTunnels) {
-		case "drain_seconds":
-			g.log.Warn("drain timeout: closing the remaining connections", "drain_seconds", g.state().cfg.DrainSeconds)
-		case "EndDrain":
-			g.log.Warn("drain ended early: closing the remaining connections", "why", "EndDrain (a second signal)")
-		}
-		// The cut handlers log their cut as they return: wait for them (bounded), so that
-		// none is lost to a process that exits once Serve returns.
-		if n := g.drain.waitHandlers(drainHandlerWait); n > 0 {
-			g.log.Warn("requests still running after the drain: not waited for", "requests", n, "waited", drainHandlerWait)
-		}
+		g.drainServer(ctx, srv, closeTunnels)
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = serr
 		}
@@ -166,6 +160,23 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		g.log.Info("binding snapshot saved", "path", path, "bindings", st.Bindings, "skipped", st.Skipped)
 	}
 	return err
+}
+
+// drainServer is Serve's shutdown drain of srv (shutdown), its log lines, and the
+// bounded wait for the handlers it cut.
+func (g *Gateway) drainServer(ctx context.Context, srv *http.Server, closeTunnels func()) {
+	drain := time.Duration(g.state().cfg.DrainSeconds * float64(time.Second))
+	switch g.shutdown(ctx, srv, drain, closeTunnels) {
+	case "drain_seconds":
+		g.log.Warn("drain timeout: closing the remaining connections", "drain_seconds", g.state().cfg.DrainSeconds)
+	case "EndDrain":
+		g.log.Warn("drain ended early: closing the remaining connections", "why", "EndDrain (a second signal)")
+	}
+	// The cut handlers log their cut as they return: wait for them (bounded), so that
+	// none is lost to a process that exits once Serve returns.
+	if n := g.drain.waitHandlers(drainHandlerWait); n > 0 {
+		g.log.Warn("requests still running after the drain: not waited for", "requests", n, "waited", drainHandlerWait)
+	}
 }
 
 // HTTPServer returns a new http.Server for the gateway with the downstream bounds of the

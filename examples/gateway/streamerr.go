@@ -42,10 +42,11 @@ import (
 // last event, then a clean end of the body). The event is added after the stream_usage
 // filter and the usage scan: it is never taken out nor booked as usage.
 
-// errDrainCut is the cause with which [Gateway.Serve] cancels the attempts of the event
-// streams still running when its drain ends, so that each writes its error event before
-// the connections are closed.
-var errDrainCut = errors.New("gateway: stream cut at the end of the shutdown drain")
+// errDrainCut is the cause with which [Gateway.Serve] cancels, when its drain ends, the
+// attempts still waiting for their response headers, so that each request is answered
+// a 503 "shutdown" (proxyError), and those of the event streams still running, so that
+// each writes its error event, before the connections are closed.
+var errDrainCut = errors.New("gateway: cut at the end of the shutdown drain")
 
 // streamEnd is the state a leaseBody keeps to end an event stream with the error event.
 // Used by the goroutine copying the response only, but for tracked, which the drain

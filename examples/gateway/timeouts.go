@@ -77,6 +77,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
 	a := &at.info // one allocation for both
 	at.arm()
+	g.drain.trackAttempt(at) // the end of Serve's drain cuts it with errDrainCut (drain.go)
 	var resp *http.Response
 	var err error
 	if dt, ok := g.base.(*directTransport); ok {
@@ -86,9 +87,10 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		resp, err = g.base.RoundTrip(req.WithContext(ctx))
 		err = netHTTPBadResponse(err)
 	}
+	g.drain.untrackAttempt(at)
 	if err != nil {
 		at.stop()
-		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) || errors.Is(cause, errDrainCut) {
 			err = cause
 		}
 		cancel(nil)
