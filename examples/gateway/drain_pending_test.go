@@ -52,19 +52,7 @@ func TestDrainCutPendingRequest(t *testing.T) {
 			g, addr, shutdown, done := drainGateway(t, backend.URL,
 				"drain_seconds: "+tt.drain+"\nlimits: {retry_after_seconds: 2}\noutlier_detection: {consecutive_connect_failures: 1}\n", logs)
 
-			req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(tt.body))
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Session-ID", "s1")
-			type result struct {
-				resp *http.Response
-				err  error
-			}
-			res := make(chan result, 1)
-			go func() {
-				resp, err := (&http.Client{}).Do(req)
-				res <- result{resp, err}
-			}()
+			res := postAsync(t, addr, tt.body)
 			<-waiting
 			shutdown()
 			if tt.endDrain {
@@ -90,6 +78,28 @@ func TestDrainCutPendingRequest(t *testing.T) {
 			assert.Equal(t, map[string]float64{"5xx/gateway": 1}, requestsByClass(t, g), "a 503 of the gateway's")
 		})
 	}
+}
+
+// result is the outcome of a request sent by postAsync.
+type result struct {
+	resp *http.Response
+	err  error
+}
+
+// postAsync posts body as session s1's chat completion to the gateway at addr from
+// another goroutine; the result arrives on the channel.
+func postAsync(t *testing.T, addr, body string) <-chan result {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", "s1")
+	res := make(chan result, 1)
+	go func() {
+		resp, err := (&http.Client{}).Do(req)
+		res <- result{resp, err}
+	}()
+	return res
 }
 
 // errAcceptFailed is failingListener's Accept error once it failed.
@@ -146,20 +156,7 @@ func TestListenerFailureDrains(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(context.Background(), ln) }()
 
-	req, err := http.NewRequest(http.MethodPost, "http://"+inner.Addr().String()+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m"}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Session-ID", "s1")
-	type result struct {
-		resp *http.Response
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		resp, err := (&http.Client{}).Do(req)
-		res <- result{resp, err}
-	}()
+	res := postAsync(t, inner.Addr().String(), `{"model":"m"}`)
 	<-waiting
 	ln.fail()
 	require.Eventually(t, func() bool { return logs.has("listener failed: no new connections; draining the requests in flight") },
