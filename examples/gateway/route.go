@@ -18,19 +18,10 @@ import (
 )
 
 // ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else.
+// (With admin_listen set, [Gateway.Serve] also serves those three on their own
+// listener: admin.go.)
 func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/metrics", "/healthz", "/readyz":
-		var b writeBound // a client that does not read them gives up its connection too
-		b.start(rw, duration(g.state().cfg.Timeouts.ClientWriteSeconds))
-		switch r.URL.Path {
-		case "/metrics":
-			g.metrics.ServeHTTP(rw, r)
-		case "/healthz":
-			writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
-		default:
-			g.serveReady(rw)
-		}
+	if g.serveOps(rw, r) {
 		return
 	}
 	rt := g.pin()               // unpinned when the request ends: it leases only on rt.sched (outstanding.go)
@@ -328,4 +319,26 @@ func (rt *routing) tier(r *http.Request, model string) (string, error) {
 		return v, nil
 	}
 	return rt.cfg.ModelTiers[model], nil
+}
+
+// serveOps answers /metrics, /healthz and /readyz and reports true, or reports false
+// for any other path (nothing written). The same answers on the main and the admin
+// listener.
+func (g *Gateway) serveOps(rw http.ResponseWriter, r *http.Request) bool {
+	switch r.URL.Path {
+	case "/metrics", "/healthz", "/readyz":
+	default:
+		return false
+	}
+	var b writeBound // a client that does not read them gives up its connection too
+	b.start(rw, duration(g.state().cfg.Timeouts.ClientWriteSeconds))
+	switch r.URL.Path {
+	case "/metrics":
+		g.metrics.ServeHTTP(rw, r)
+	case "/healthz":
+		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok"})
+	default:
+		g.serveReady(rw)
+	}
+	return true
 }
