@@ -70,6 +70,15 @@ func DefaultParentSessionHeaders() []string { return []string{"X-Parent-Session-
 type Config struct {
 	// Listen is the TCP address the gateway listens on (host:port). Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
+	// AdminListen is the TCP address (host:port) of the admin listener, "" (the default)
+	// for none: [Gateway.Serve] then also serves /healthz, /readyz and /metrics there,
+	// on a server of its own with short timeouts of its own and outside
+	// limits.max_connections, so that clients holding every main connection (slow
+	// uploads) cannot starve the probes and the scrape (admin.go). The three paths stay
+	// on `listen` too. It answers /healthz until Serve returns, after the main server.
+	// Anything but "" or host:port with port 0..65535, or the address of `listen`, is
+	// [ErrAdminListen]. Needs a restart to change ([ErrReloadNeedsRestart]).
+	AdminListen string `yaml:"admin_listen"`
 	// Affinity is the scheduler configuration, decoded with the library's own keys
 	// (sticky_ttl_seconds, max_bindings, max_session_id_bytes, tiers). An omitted
 	// sticky_ttl_seconds means the library default (1800 s); 0 turns affinity off. An

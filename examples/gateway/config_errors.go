@@ -48,4 +48,8 @@ var (
 	// [Gateway.Reload]; a reload so refused leaves the old config serving and the file
 	// untouched).
 	ErrBindingSnapshot = errors.New("gateway: bad binding_snapshot")
+	// ErrAdminListen: admin_listen is not "" nor host:port with port 0..65535, or it is
+	// the address `listen` binds (its port, non-zero, on the same host or where either
+	// host is all interfaces: "", 0.0.0.0 or ::), which cannot be bound twice.
+	ErrAdminListen = errors.New("gateway: bad admin_listen address")
 )

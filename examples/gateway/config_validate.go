@@ -100,6 +100,9 @@ func (c Config) Validate() error {
 		return invalid(ErrListenAddress, "listen: %q: port must be 0..65535", c.Listen)
 	}
 	_ = host // empty host means all interfaces
+	if err := c.validateAdmin(); err != nil {
+		return err
+	}
 	// Before the library's check, which refuses it too: ErrTierName and this message, as before.
 	if _, ok := c.Affinity.Tiers[""]; ok {
 		return invalid(ErrTierName, `affinity.tiers[""]: empty tier name: the default pool's TTL is affinity.sticky_ttl_seconds`)

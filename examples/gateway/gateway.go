@@ -82,7 +82,9 @@ type Gateway struct {
 	retired  retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
 	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
 
-	drain shutdownDrain // Serve's shutdown drain (drain.go)
+	drain     shutdownDrain           // Serve's shutdown drain (drain.go)
+	phase     atomic.Int32            // phaseServing, phaseStarting or phaseDraining: /readyz (admin.go)
+	adminAddr atomic.Pointer[addrBox] // the admin listener's address, once Serve bound it (admin.go)
 }
 
 type backend struct {

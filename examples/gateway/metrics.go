@@ -132,8 +132,11 @@ func (g *Gateway) backendState(id string) (string, uint64) {
 }
 
 // serveReady answers /readyz: 200 {"status":"ready"} when at least one backend can take
-// requests (not Down, not ejected), else 503 {"status":"not_ready"}; both list every
-// backend's state.
+// requests (not Down, not ejected), else 503 {"status":"not_ready"}; under
+// [Gateway.Serve], 503 {"status":"starting"} while it loads the binding snapshot and
+// 503 {"status":"draining"} once its shutdown drain has begun, whatever the backends
+// (the main listener is closed then; the admin listener still answers). Each lists
+// every backend's state.
 func (g *Gateway) serveReady(w http.ResponseWriter) {
 	rt := g.state()
 	states := make(map[string]string, len(rt.backends))
@@ -144,8 +147,11 @@ func (g *Gateway) serveReady(w http.ResponseWriter) {
 		ready = ready || rt.sched.Health().State(b.id) != health.Down
 	}
 	body := map[string]any{"status": "ready", "backends": states}
-	if !ready {
+	if phase := g.readiness(); phase != "" || !ready {
 		body["status"] = "not_ready"
+		if phase != "" {
+			body["status"] = phase
+		}
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}

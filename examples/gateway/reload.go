@@ -13,8 +13,8 @@ import (
 )
 
 // ErrReloadNeedsRestart: a [Gateway.Reload] changed a setting that cannot change in
-// place (today only `listen`). The reload is rejected as a whole; the old configuration
-// keeps serving.
+// place (`listen`, `admin_listen` and the others [Gateway.Reload] lists). The reload is
+// rejected as a whole; the old configuration keeps serving.
 var ErrReloadNeedsRestart = errors.New("gateway: config change needs a restart")
 
 // newScheduler builds a Scheduler for ac with the gateway's recorder, logger and
@@ -77,7 +77,7 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     with a "backend state change" line; every other backend starts Healthy. A backend the old prober held Down whose URL changed, or every one when
 //     health checks are disabled (nothing would lift the mark), is marked up, with a
 //     "backend state change" line;
-//   - a change of `listen`, or of a setting the listener, the http.Server or the backend
+//   - a change of `listen` or `admin_listen`, or of a setting the listener, the http.Server or the backend
 //     transport were built with (timeouts.dial_seconds, backend_idle_conn_seconds,
 //     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
 //     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart];
@@ -105,6 +105,9 @@ func (g *Gateway) Reload(cfg Config) error {
 	}
 	if cfg.Listen != old.cfg.Listen {
 		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
+	}
+	if cfg.AdminListen != old.cfg.AdminListen {
+		return fmt.Errorf("%w: admin_listen %q -> %q", ErrReloadNeedsRestart, old.cfg.AdminListen, cfg.AdminListen)
 	}
 	if cfg.Metrics != old.cfg.Metrics {
 		return fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart, old.cfg.Metrics.Exporter, cfg.Metrics.Exporter)

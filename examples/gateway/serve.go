@@ -107,14 +107,35 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 //     be renamed either is not saved over: the shutdown logs an Error and Serve returns
 //     an error instead of replacing it.
 //
+// With admin_listen set, Serve first binds that address and serves /healthz, /readyz
+// and /metrics there on a server of its own (admin.go: short timeouts of its own, not
+// counted in limits.max_connections, so slow clients holding every main connection do
+// not starve the probes), and closes it last, once the bindings are saved (requests on
+// it get 1 s more). During the drain it still answers: /healthz 200 (the process is
+// alive and finishing its requests) and /readyz 503 {"status":"draining"} (the main
+// listener no longer accepts, as a probe there sees); while the snapshot loads, /readyz
+// is 503 {"status":"starting"}. If the admin address cannot be bound, Serve closes ln and
+// returns the error before loading anything. [Gateway.AdminAddr] tells the bound address.
+//
 // It returns nil after a clean shutdown, the listener's error, or the error of saving
 // the snapshot (or of not saving it, as above).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	var admin *adminServer // admin.go; closed last, after the snapshot is saved
+	if addr := g.state().cfg.AdminListen; addr != "" {
+		var err error
+		if admin, err = g.startAdmin(addr); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	defer admin.close()
 	loaded := g.state().cfg.BindingSnapshot
 	var keep error // loaded holds a file that must not be saved over
 	if loaded != "" {
+		g.phase.Store(phaseStarting)
 		keep = g.loadAtStart(loaded) // snapshot_damaged.go
 	}
+	g.phase.Store(phaseServing)
 	srv := g.HTTPServer()
 	srv.Handler = g.drain.counted(srv.Handler) // waited for after the drain
 	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with
@@ -132,9 +153,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	var err error
 	select {
 	case err = <-errc: // the listener failed: drain the requests in flight as on a shutdown
+		g.phase.Store(phaseDraining) // not ready either: nothing takes requests now
 		g.log.Error("listener failed: no new connections; draining the requests in flight", "err", err)
 		g.drainServer(ctx, srv, closeTunnels)
 	case <-ctx.Done():
+		g.phase.Store(phaseDraining)
 		g.drainServer(ctx, srv, closeTunnels)
 		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 			err = serr
@@ -200,7 +223,8 @@ func (g *Gateway) HTTPServer() *http.Server {
 	}
 }
 
-// ListenAndServe listens on the configured address and calls [Gateway.Serve].
+// ListenAndServe listens on the configured address and calls [Gateway.Serve] (which
+// binds admin_listen too, when set).
 func (g *Gateway) ListenAndServe(ctx context.Context) error {
 	addr := g.state().cfg.Listen
 	ln, err := net.Listen("tcp", addr)
