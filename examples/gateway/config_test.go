@@ -309,6 +309,7 @@ func TestLoadConfigShippedExample(t *testing.T) {
 	assert.Equal(t, 0.001, cfg.Affinity.Load.ColdCacheRatio)
 	assert.Equal(t, int64(4096), cfg.Affinity.Load.MinRequestCost, "the shipped config sets the per-request floor")
 	assert.True(t, cfg.StreamUsage, "the shipped config asks streams for their usage")
+	assert.Equal(t, "127.0.0.1:9901", cfg.AdminListen, "the shipped config serves the probes and /metrics on an admin listener")
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	g.Close()

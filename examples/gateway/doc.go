@@ -180,7 +180,8 @@
 //     that changes the cache_salt vLLM sees (tenant.cache_salt on or off, or with it on
 //     a change of scoping) logs one Warn that salted requests' prefix caches go cold;
 //     sessions do not move.
-//   - `listen` cannot change in place: such a reload is rejected ([ErrReloadNeedsRestart]).
+//   - `listen` and `admin_listen` cannot change in place: such a reload is rejected
+//     ([ErrReloadNeedsRestart]).
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
 // drain_seconds (default 10) to finish, then the rest are cut — a request still waiting
@@ -366,7 +367,14 @@
 //
 // /healthz answers {"status":"ok"} for the gateway itself (liveness); /readyz answers 503
 // {"status":"not_ready"} when no backend can take requests, 200 otherwise, with every
-// backend's state. Every state change the gateway causes is logged ("backend state
+// backend's state; under [Gateway.Serve] it answers 503 {"status":"starting"} while the
+// binding snapshot loads and 503 {"status":"draining"} once the shutdown drain has
+// begun. With `admin_listen` set, Serve serves these three paths on that address too,
+// on an http.Server of its own (short timeouts of its own, at most 64 connections, not
+// counted in limits.max_connections), so that slow uploads holding every main
+// connection cannot starve the probes or the scrape; it answers through the drain and
+// closes after the main server (admin.go). Decision: the paths stay on `listen` as well
+// (backward compatible). Every state change the gateway causes is logged ("backend state
 // change": backend, from, to, why) at the level of the state reached: Warn for down and
 // "down (ejected)", Info for healthy or draining (a recovery, a drain or undrain, the end
 // of an ejection), as Envoy and HAProxy log a server going down above one coming back.
