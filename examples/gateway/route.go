@@ -54,6 +54,11 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		g.unreserve(st, st.reserved.Load())
 	}()
 
+	// Before the body is read or anything routed (path.go).
+	if err := CheckPath(r.URL.EscapedPath()); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_path", clientText(err))
+		return
+	}
 	body, ok := g.readBody(w, r, st)
 	if !ok {
 		return
