@@ -192,6 +192,13 @@ func (w *outcomeWriter) WriteHeader(code int) {
 	}
 	if code < 200 { // net/http writes an interim response at once
 		w.wbound.renew()
+		// A 103 Early Hints the ReverseProxy relays: its header is the backend's, copied
+		// here unfiltered; the gateway's own X-Agent-Serve-* names are not the backend's
+		// to send (ownheaders.go). A 101's header went through modifyResponse already, and
+		// holds the gateway's.
+		if code != http.StatusSwitchingProtocols {
+			stripOwnHeaders(w.ResponseWriter.Header())
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -18,6 +18,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	st := routeFrom(pr.In.Context())
 	b, _ := st.current()
 	pr.SetURL(b.url)
+	st.rt.stripOwnRequestHeaders(pr.Out.Header) // ownheaders.go
 	st.setXForwarded(pr)
 	if _, ok := pr.Out.Header["User-Agent"]; !ok {
 		// What ReverseProxy would set after rewrite (no Go default User-Agent), in a slot.
@@ -54,7 +55,11 @@ func (st *route) setXForwarded(pr *httputil.ProxyRequest) {
 	} else {
 		delete(h, "X-Forwarded-For")
 	}
-	h["X-Forwarded-Host"] = st.headerSlot(slotForwardedHost, pr.In.Host)
+	if pr.In.Host != "" {
+		h["X-Forwarded-Host"] = st.headerSlot(slotForwardedHost, pr.In.Host)
+	} else { // an HTTP/1.0 request without Host: no empty field (tester32)
+		delete(h, "X-Forwarded-Host")
+	}
 	proto := "http"
 	if pr.In.TLS != nil {
 		proto = "https"
@@ -68,6 +73,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	b, hit := st.current()
+	// Only the gateway says where a request went: a backend's own X-Agent-Serve-* fields
+	// (a forged X-Agent-Serve-Outcome on a response the gateway sets none on) go (ownheaders.go).
+	stripOwnHeaders(resp.Header)
 	// Canonical keys assigned directly: no canonicalization per response. The values live
 	// in st (headerSlot): ReverseProxy copies them into the client's header map.
 	resp.Header[HeaderBackend] = st.headerSlot(slotBackend, b.id)
