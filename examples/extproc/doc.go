@@ -44,6 +44,17 @@
 // response body or headers with end_of_stream, response trailers, or the stream's end
 // or cancellation by Envoy.
 //
+// Request path: the :path Envoy sends (after its own normalization, when configured) is
+// checked as the HTTP gateway checks a request's path ([gateway.CheckPath], also applied
+// by [gateway.Gateway.Decide]): a dot segment ("." or "..", raw or percent-encoded), an
+// encoded slash or backslash ("%2F", "%5C") or a raw backslash is refused on the request
+// headers with ImmediateResponse 400 "invalid_path", before any body is read or anything
+// decided. The picker only picks an endpoint (an ip:port): the path the backend gets is
+// Envoy's, so Envoy's HttpConnectionManager options are where paths are normalized or
+// refused for every route (normalize_path, merge_slashes, path_with_escaped_slashes_action;
+// envoy.yaml sets them); the picker's check covers an Envoy left at its defaults, which
+// forwards dot segments and %2F as sent.
+//
 // Subset hint: when the request's filter metadata has
 // "envoy.lb.subset_hint"/"x-gateway-destination-endpoint-subset", only backends whose
 // ip:port is in that list are candidates. A hint that is not a list of strings (one

@@ -78,6 +78,14 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (out []*extprocv3.Pr
 			x.s.requests.WithLabelValues("rejected").Inc()
 			return []*extprocv3.ProcessingResponse{resp}, true, nil
 		}
+		// The path as Envoy forwards it, checked before anything is decided, as the HTTP
+		// gateway checks it (Decide checks the parsed path again; this catches a :path
+		// that does not parse, which toRequest reads as "/").
+		if err := gateway.CheckPath(rawPath(r.RequestHeaders.GetHeaders())); err != nil {
+			x.s.requests.WithLabelValues("rejected").Inc()
+			msg := (&gateway.RequestError{Status: http.StatusBadRequest, Code: "invalid_path", Err: err}).ClientMessage()
+			return []*extprocv3.ProcessingResponse{immediate(http.StatusBadRequest, "invalid_path", msg)}, true, nil
+		}
 		x.req = toRequest(r.RequestHeaders.GetHeaders())
 		if x.subset, err = subsetHint(req.GetMetadataContext()); err != nil {
 			x.s.requests.WithLabelValues("rejected").Inc()

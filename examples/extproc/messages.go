@@ -83,6 +83,23 @@ func toRequest(hm *corev3.HeaderMap) *http.Request {
 	return r
 }
 
+// rawPath returns the path of Envoy's :path pseudo-header as sent (raw_value or value),
+// without its query; "" when there is none.
+func rawPath(hm *corev3.HeaderMap) string {
+	for _, h := range hm.GetHeaders() {
+		if h.GetKey() != ":path" {
+			continue
+		}
+		v := h.GetValue()
+		if len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
+		}
+		p, _, _ := strings.Cut(v, "?")
+		return p
+	}
+	return ""
+}
+
 // servedEndpoint returns envoy.lb/x-gateway-destination-endpoint-served ("" if absent).
 func servedEndpoint(md *corev3.Metadata) string {
 	return md.GetFilterMetadata()[MetadataNamespace].GetFields()[ServedKey].GetStringValue()
