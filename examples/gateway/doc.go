@@ -10,6 +10,15 @@
 //
 // # Routing a request
 //
+//  0. The request path (as sent: r.URL.EscapedPath(); the query is not checked) must
+//     have no dot segment ("." or "..", raw or percent-encoded in any case: "%2e",
+//     ".%2E"), no encoded slash or backslash ("%2F", "%5C", any case) and no raw
+//     backslash ([CheckPath]); otherwise JSON 400 invalid_path, before the body is read
+//     or anything routed or bound. Decision: refuse rather than clean. The path is
+//     appended to the backend URL's path, so a dot segment could leave a backend URL's
+//     /prefix (tester32); an LLM API client never sends these, and a cleaning proxy
+//     reads such a path one way while the backend behind it, decoding, may read it
+//     another (path.go has the reasons).
 //  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413), charged to
 //     limits.max_inflight_bytes as it arrives (over it: JSON 503 with Retry-After) and
 //     kept in memory so a request can be replayed once on another backend.
@@ -114,7 +123,16 @@
 //  7. Library errors become JSON errors: session ID too long or tier too long -> 400,
 //     no eligible backend -> 503.
 //
-// Responses carry X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit headers.
+// Responses carry X-Agent-Serve-Backend and X-Agent-Serve-Affinity-Hit headers. Every
+// X-Agent-Serve-* field of a backend's response (101 and 103 included) is removed before
+// the gateway sets its own, so a response the gateway sets no X-Agent-Serve-Outcome on
+// carries none. Of the client's X-Agent-Serve-* request headers only those the gateway
+// reads as input (session, parent, tier and tenant headers: X-Agent-Serve-Tier by
+// default) reach the backend; the others are dropped. Decision: the prefix is the
+// gateway's, so that a backend, a log or a later hop never takes a client's
+// X-Agent-Serve-Backend for the gateway's word (the gateway sets none on the backend
+// request today). X-Forwarded-Host is left out when the request has no Host (an
+// HTTP/1.0 client may send none) rather than sent empty.
 // Non-streaming JSON responses (Content-Type application/json, not compressed, no
 // trailers, announced or sent after the body, up to 16 MiB) also get a top-level "x_agent_serve" object {backend, affinity_hit, tier}
 // inserted as their first member (see [InjectMetadata]; inject_metadata: false turns
