@@ -14,7 +14,7 @@ const (
 	// drainCutGrace bounds the wait, once the drain's end has cut the requests still
 	// waiting for a backend's response headers (each answers a 503 "shutdown") and the
 	// event streams still being forwarded (each writes its error event, streamerr.go),
-	// for every handler to return before the connections are closed. A request so cut
+	// for every connection to finish its response before the connections are closed. A request so cut
 	// answers at once — its attempt is cancelled — unless its client is not reading;
 	// the close then ends it without its answer. A response being copied that was not
 	// cut (a JSON body) may end in that time too.
@@ -197,10 +197,9 @@ func (g *Gateway) logCut(st *route, r *http.Request) {
 // shutdown drains srv for up to drain (or until [Gateway.EndDrain]), then cuts the
 // requests still waiting for their backend's response headers (each answers a 503
 // "shutdown") and the event streams still running (each writes its error event:
-// streamerr.go), waits drainCutGrace at most for the handlers to return (an upgrade
-// tunnel's handler too: it then takes the whole grace), closes what is left and ends
-// the tunnels; each request still running then is logged as cut by the drain
-// (route.go). It reports why the drain ended early: "" (every request
+// streamerr.go), waits drainCutGrace at most for their connections to finish their
+// responses, closes what is left and ends the tunnels; each request still running then
+// is logged as cut by the drain (route.go). It reports why the drain ended early: "" (every request
 // finished), "drain_seconds" or "EndDrain".
 func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Duration, closeTunnels func()) string {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
@@ -227,11 +226,18 @@ func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Dur
 		}
 		g.drain.cut.Store(true) // before anything is cut and the connections close: their handlers log the cut
 		g.drain.cutAll()
-		// Tunnels end after this wait: every request's context derives from theirs, and a
-		// request whose context ends answers nothing (a client that went away).
-		if n := g.drain.waitHandlers(drainCutGrace); n > 0 {
-			g.log.Info("requests cut by the drain still running: closing their connections", "requests", n, "waited", drainCutGrace)
+		// Shutdown again, for the grace: it returns once every connection has finished its
+		// response (the handler's return is not enough: net/http writes a response's end
+		// after it) and closes them; a hijacked tunnel is not waited for. Tunnels end after
+		// this: every request's context derives from theirs, and a request whose context
+		// ends answers nothing (a client that went away). A second Shutdown returns the
+		// closed listeners' error: only the grace's end counts.
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), drainCutGrace)
+		_ = srv.Shutdown(gctx)
+		if gctx.Err() != nil {
+			g.log.Info("requests cut by the drain still running: closing their connections", "waited", drainCutGrace)
 		}
+		gcancel()
 		_ = srv.Close()
 	}
 	g.drain.cut.Store(true) // tunnels end now

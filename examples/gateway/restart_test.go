@@ -152,8 +152,8 @@ func TestDrainSecondsConfig(t *testing.T) {
 	}
 }
 
-// The drain is bounded: a request still running after drain_seconds has its connection
-// closed and Serve returns.
+// The drain is bounded: a request still waiting for its backend after drain_seconds is
+// answered a 503 "shutdown" (drain_pending_test.go has the details) and Serve returns.
 func TestServeDrainIsBounded(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
@@ -163,20 +163,27 @@ func TestServeDrainIsBounded(t *testing.T) {
 	}))
 	t.Cleanup(stuck.Close)
 	t.Cleanup(func() { close(release) })
-	g, err := gateway.New(yamlConfig(t, []string{stuck.URL}, []string{"b0"}, []float64{1}, "drain_seconds: 0.05\n"))
+	// No health checks: started is the client's request, not a probe's.
+	g, err := gateway.New(yamlConfig(t, []string{stuck.URL}, []string{"b0"}, []float64{1}, "drain_seconds: 0.05\nhealth: {enabled: false}\n"))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ctx, ln) }()
-	clientErr := make(chan error, 1)
+	type answer struct {
+		status int
+		err    error
+	}
+	got := make(chan answer, 1)
 	go func() {
 		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			got <- answer{err: err}
+			return
 		}
-		clientErr <- err
+		resp.Body.Close()
+		got <- answer{status: resp.StatusCode}
 	}()
 	<-started
 	cancel()
@@ -186,5 +193,7 @@ func TestServeDrainIsBounded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after drain_seconds")
 	}
-	require.Error(t, <-clientErr, "the request still running after the drain had its connection closed")
+	a := <-got
+	require.NoError(t, a.err, "the request still waiting after the drain is answered")
+	assert.Equal(t, http.StatusServiceUnavailable, a.status)
 }
