@@ -95,6 +95,9 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // Before serving it loads that file if it exists ([Gateway.LoadBindings]; a missing
 // file is not an error), logging when the load starts and ends. Decisions:
 //
+//   - An empty file (0 bytes, say created ahead by touch or tmpfiles.d, which the config
+//     check accepts) is no snapshot, as a missing one: logged at Info, nothing loaded or
+//     renamed; the shutdown save replaces it.
 //   - A loaded file is consumed (removed): after a crash the gateway starts empty rather
 //     than restore bindings that may have moved since (each would come back as a hit on
 //     a cold backend); the shutdown save writes a fresh one. If Serve fails after the

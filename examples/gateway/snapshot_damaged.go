@@ -26,6 +26,8 @@ const DamagedSnapshotSuffix = ".damaged"
 //   - Loaded: the file is consumed (removed), so a crash before the shutdown save
 //     starts empty instead of restoring bindings that moved since; the shutdown writes a
 //     fresh one.
+//   - Empty (0 bytes): no snapshot, as for a missing file; logged at Info, left in place
+//     (the shutdown save replaces it).
 //   - Damaged (affinity.ErrCorruptSnapshot, too large included, or
 //     affinity.ErrSnapshotVersion: not a snapshot this build reads) or unreadable
 //     (permission denied, an I/O error): renamed to path+DamagedSnapshotSuffix, replacing
@@ -38,6 +40,13 @@ func (g *Gateway) loadAtStart(path string) (keep error) {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // a first start
+	}
+	if err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		// Decision: an empty file is no snapshot (a path created ahead, by touch or
+		// tmpfiles.d), as the config check accepts it; nothing to load or keep aside. The
+		// shutdown save replaces it.
+		g.log.Info("binding snapshot file is empty: no bindings to load; starting with an empty table", "path", path)
+		return nil
 	}
 	if err == nil {
 		g.log.Info("loading binding snapshot", "path", path, "bytes", fi.Size())

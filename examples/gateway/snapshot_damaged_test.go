@@ -47,6 +47,7 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 		{"truncated, older .damaged replaced", good[:len(good)-3], true, true},
 		{"another snapshot version", append([]byte("SAFSNAP2"), good[8:]...), false, true},
 		{"missing", nil, false, false},
+		{"empty: no snapshot", []byte{}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +80,26 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 			assert.Zero(t, n)
 		})
 	}
+}
+
+// An empty binding_snapshot file (created ahead: touch, tmpfiles.d), which the config
+// check accepts, is no snapshot at start: one Info line, no ERROR, no .damaged copy; the
+// shutdown save replaces it. (Before: an ERROR "shorter than the 8-byte magic" and a
+// stray .damaged file: tester32 #5.)
+func TestServeTakesAnEmptySnapshotAsNone(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	snap := filepath.Join(t.TempDir(), "bindings.snap")
+	require.NoError(t, os.WriteFile(snap, nil, 0o600))
+	g, logs, err := serveOnce(t, urls[0], snap)
+	require.NoError(t, err)
+	assert.Zero(t, g.Scheduler().Len())
+	assert.True(t, logs.has("binding snapshot file is empty: no bindings to load; starting with an empty table"))
+	assert.Empty(t, logs.warnings(), "no Warn or Error")
+	_, err = os.Stat(snap + gateway.DamagedSnapshotSuffix)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	fi, err := os.Stat(snap)
+	require.NoError(t, err)
+	assert.Positive(t, fi.Size(), "the shutdown saved a snapshot over it")
 }
 
 // serveOnce builds a gateway over one backend b0 at url with binding_snapshot snap and a
