@@ -77,10 +77,11 @@ type Gateway struct {
 
 	bufs bufferPool // response bodies being rewritten, ReverseProxy copy buffers
 
-	reloadMu sync.Mutex    // serializes Reload
-	gone     goneDown      // backends removed while Down (reload_down.go); under reloadMu
-	retired  retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
-	reloaded chan struct{} // Reload -> Run: restart the loops with the new state
+	reloadMu    sync.Mutex    // serializes Reload
+	gone        goneDown      // backends removed while Down (reload_down.go); under reloadMu
+	probeCauses probeCauses   // why each backend's last active check failed (probecause.go)
+	retired     retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
+	reloaded    chan struct{} // Reload -> Run: restart the loops with the new state
 
 	drain     shutdownDrain           // Serve's shutdown drain (drain.go)
 	phase     atomic.Int32            // phaseServing, phaseStarting or phaseDraining: /readyz (admin.go)

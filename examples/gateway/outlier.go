@@ -300,8 +300,9 @@ func (o *outliers) expired() []string {
 // uneject ends id's ejection by recording it as observed up
 // ([affinity.Scheduler.OnBackendUp]): it is Healthy again, or Draining when an operator
 // drained it (an ejection is observed health and never touches a drain) — unless the
-// active prober holds it Down: then only the ejection ends and the prober's recovery
-// brings it back.
+// active prober holds it Down: then only the ejection ends (logged as a "backend state
+// change" from "down (ejected)" to down, with the check's last failure) and the prober's
+// recovery brings it back.
 func (o *outliers) uneject(id, why string) bool {
 	o.mu.Lock()
 	s := o.state[id]
@@ -315,7 +316,14 @@ func (o *outliers) uneject(id, why string) bool {
 	o.mu.Unlock()
 	rt := o.g.state()
 	if rt.prober != nil && rt.prober.State(id) == health.Down {
-		o.g.log.Info("backend ejection over; active health check still holds it down", "backend", id)
+		// Ejected -> down is a state change (/readyz and agentserve_backend_state show it):
+		// one "backend state change" line like every other, at Warn as it stays down.
+		held := "the active health check still holds it down"
+		if cause := o.g.probeCauses.get(id); cause != "" {
+			held += " (its last failure: " + cause + ")"
+		}
+		o.g.log.Warn("backend state change", "backend", id, "from", "down (ejected)", "to", health.Down.String(),
+			"why", "outlier detection: "+why+"; "+held+" until it passes success_threshold probes")
 		return false
 	}
 	rt.sched.OnBackendUp(id)

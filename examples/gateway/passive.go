@@ -308,7 +308,11 @@ func (g *Gateway) onProbe(tr health.Transition) {
 	rt.sched.OnHealthChange(tr)
 	to := rt.sched.Health().State(tr.ID)
 	if from != to {
-		g.logStateChange(tr.ID, from, to, "active health check: GET "+rt.cfg.Health.Path+" now "+tr.To.String())
+		why := "active health check: GET " + rt.cfg.Health.Path + " now " + tr.To.String()
+		if tr.To == health.Down {
+			why = g.probeDownWhy(tr.ID, rt.cfg.Health.Path)
+		}
+		g.logStateChange(tr.ID, from, to, why)
 	}
 }
 

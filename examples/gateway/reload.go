@@ -198,6 +198,7 @@ func (g *Gateway) Reload(cfg Config) error {
 				g.gone.add(b.id, b.url.String())
 			}
 			g.outliers.forget(b.id)
+			g.probeCauses.forget(b.id)
 			rt.sched.Health().Forget(b.id)
 			continue
 		}

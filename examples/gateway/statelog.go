@@ -12,7 +12,7 @@ import (
 // state reached, as Envoy and HAProxy log a server going down above one coming back:
 // Warn for Down (the backend takes no new requests because it failed), Info for Healthy
 // or Draining (a recovery, or the operator's drain). An outlier ejection and its end are
-// logged by outlier.go (Warn and Info). Safe for concurrent use (slog's).
+// logged by outlier.go (Warn; Info back up, Warn when the active check holds it down). Safe for concurrent use (slog's).
 func (g *Gateway) logStateChange(id string, from, to health.State, why string) {
 	level := slog.LevelInfo
 	if to == health.Down {
