@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -300,11 +300,21 @@ func ParseConfig(data []byte) (Config, error) {
 
 // LoadConfig reads the YAML file at path and calls [ParseConfig]; configuration errors
 // are prefixed with path. A file that cannot be read is an error wrapping the os error
-// (errors.Is(err, fs.ErrNotExist) works), not [ErrInvalidConfig].
+// (errors.Is(err, fs.ErrNotExist) works), not [ErrInvalidConfig]; so is a path that is not
+// a regular file once symlinks are followed ([ErrConfigNotRegular]: a directory, a
+// device, a FIFO, a socket; refused without reading it) and a file larger than
+// [MaxConfigBytes] ([ErrConfigTooLarge]; at most MaxConfigBytes+1 bytes are read).
 func LoadConfig(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	cfg, _, err := loadConfigFile(path)
+	return cfg, err
+}
+
+// loadConfigFile is [LoadConfig] that also returns the os.FileInfo of the file it read
+// (nil when it could not be read).
+func loadConfigFile(path string) (Config, fs.FileInfo, error) {
+	data, fi, err := readConfigFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("gateway: read config: %w", err)
+		return Config{}, nil, err
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
@@ -312,11 +322,11 @@ func LoadConfig(path string) (Config, error) {
 		if errors.As(err, &ce) { // "gateway: invalid config: <path>: <field>: ..."
 			e := *ce
 			e.msg = path + ": " + e.msg
-			return Config{}, &e
+			return Config{}, fi, &e
 		}
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, fi, fmt.Errorf("%s: %w", path, err)
 	}
-	return cfg, nil
+	return cfg, fi, nil
 }
 
 // WithDefaults returns a copy with defaults filled in: listen address, session

@@ -247,8 +247,9 @@ func TestParseConfigHeaderLists(t *testing.T) {
 }
 
 // binding_snapshot is checked where the bindings will be written, at start: a missing
-// directory, a file as the directory, or a directory as the path is refused with the
-// key named; a good path leaves no file behind.
+// directory, a file as the directory, or a directory or a device as the path is refused
+// with the key named (a device as "a device, not a regular file"; before, as its mode
+// string "Dc---------": tester32 #7b); a good path leaves no file behind.
 func TestNewChecksBindingSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
@@ -260,7 +261,7 @@ func TestNewChecksBindingSnapshot(t *testing.T) {
 		{"missing directory", filepath.Join(dir, "nonexistent", "x.snap"), []string{"binding_snapshot", "nonexistent", "cannot create a file in directory", "no such file or directory"}},
 		{"file as directory", filepath.Join(file, "x.snap"), []string{"binding_snapshot", "not a directory"}},
 		{"a directory", dir, []string{"binding_snapshot", "is a directory"}},
-		{"a device", os.DevNull, []string{"binding_snapshot", "not a regular file"}},
+		{"a device", os.DevNull, []string{"binding_snapshot", "is a device, not a regular file"}},
 		{"good", filepath.Join(dir, "bindings.snap"), nil},
 		{"off", "", nil},
 	}
@@ -283,6 +284,7 @@ func TestNewChecksBindingSnapshot(t *testing.T) {
 			for _, s := range tt.contains {
 				assert.Contains(t, err.Error(), s)
 			}
+			assert.NotContains(t, err.Error(), "------", "a file's type in words, not its mode string (was Dc---------)")
 		})
 	}
 }

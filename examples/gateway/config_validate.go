@@ -357,7 +357,7 @@ func checkSnapshotPath(path string, noLoad bool, head func(string) (string, erro
 		case fi.IsDir():
 			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is a directory; want a file path", path)
 		case !fi.Mode().IsRegular(): // e.g. /dev/null: the save's rename would replace the device node
-			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is not a regular file (%v); want a regular file or a new path", path, fi.Mode().Type())
+			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is %s; want a regular file or a new path", path, fileKind(fi.Mode()))
 		case fi.Size() > 0:
 			first, readErr := head(path)
 			if readErr == nil && first != snapshotPrefix[:len(first)] {

@@ -167,7 +167,10 @@
 // "config reloaded" line also names what changed on each backend that stays:
 // weight_changed ("vllm-a:1->2", the effective weight), tier_changed
 // ("vllm-b:(default)->large", "(default)" being the default pool) and url_changed, beside drained and undrained; each is empty when
-// nothing changed. Decisions:
+// nothing changed. A config equal to the serving one is not applied: "config unchanged"
+// instead. Each outcome line names its trigger (sighup, watch, api). The config file must
+// be a regular file of at most [MaxConfigBytes]; another (a FIFO, a device) is refused
+// unread. Decisions:
 //
 //   - backends[].drain: true drains a backend (affinity.Scheduler.OnBackendDraining):
 //     its bound sessions stay, new ones go elsewhere, /readyz and

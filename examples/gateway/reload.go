@@ -89,9 +89,18 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 // A config that fails validation (or whose binding_snapshot directory does not take a
 // file) is rejected (the error wraps [ErrInvalidConfig] and a
 // specific sentinel, like [New]'s) and the old configuration keeps serving: nothing
-// changes unless Reload returns nil. Safe for concurrent use (reloads are serialized).
+// changes unless Reload returns nil. A valid config equal to the current one (defaults
+// applied, and the same tenant secret) changes nothing at all — no Scheduler, prober or
+// loop is rebuilt or restarted — and logs "config unchanged" at Info instead of "config
+// reloaded" (decision: one line per reload, which says it was seen and that it applied
+// nothing; a "config reloaded" with every list empty read as if something had been
+// applied). Both lines carry trigger: [TriggerAPI] here ([Gateway.ReloadFileFor] passes
+// its own). Safe for concurrent use (reloads are serialized).
 // Cost: O(backends x tiers) plus, for an affinity change, O(bindings).
-func (g *Gateway) Reload(cfg Config) error {
+func (g *Gateway) Reload(cfg Config) error { return g.reload(cfg, TriggerAPI) }
+
+// reload is [Gateway.Reload] with the trigger its log lines name.
+func (g *Gateway) reload(cfg Config, trigger string) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -102,6 +111,10 @@ func (g *Gateway) Reload(cfg Config) error {
 	// A new path is not loaded by a reload: a file there that cannot be read is refused.
 	if err := checkBindingSnapshot(cfg.BindingSnapshot, cfg.BindingSnapshot != old.cfg.BindingSnapshot); err != nil {
 		return err
+	}
+	if reflect.DeepEqual(cfg, old.cfg) && !old.tenants.rekeys(newTenants(cfg.Tenant)) {
+		g.log.Info("config unchanged; nothing to apply", "trigger", trigger, "backends", len(old.backends))
+		return nil
 	}
 	if cfg.Listen != old.cfg.Listen {
 		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
@@ -241,7 +254,7 @@ func (g *Gateway) Reload(cfg Config) error {
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
 	}
 	weights, tiers, urls := backendChanges(old, rt)
-	g.log.Info("config reloaded", "backends", len(rt.backends), "added", added, "removed", removed,
+	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", added, "removed", removed,
 		"weight_changed", weights, "tier_changed", tiers, "url_changed", urls,
 		"drained", drained, "undrained", undrained, "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
 	return nil

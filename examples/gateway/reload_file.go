@@ -5,25 +5,69 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"sync"
 	"time"
 )
 
-// ReloadFile loads the YAML file at path ([LoadConfig]), applies override to it (nil:
-// none; the command uses it for its -listen flag) and calls [Gateway.Reload]. On success
-// it logs "config reloaded"; on failure it logs "config reload rejected" with the error
-// at level Error and returns the error — the old configuration keeps serving.
+// Reload triggers: the trigger field of the "config reloaded", "config unchanged" and
+// "config reload rejected" log lines, which says what asked for the reload.
+const (
+	TriggerAPI    = "api"    // [Gateway.Reload] or [Gateway.ReloadFile], called by the embedding program
+	TriggerSIGHUP = "sighup" // a SIGHUP (the command passes it to [Gateway.ReloadFileFor])
+	TriggerWatch  = "watch"  // [Gateway.WatchConfig] saw the file change (the command's -watch-config)
+)
+
+// ReloadFile is [Gateway.ReloadFileFor] with trigger [TriggerAPI].
 func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
-	cfg, err := LoadConfig(path)
+	return g.ReloadFileFor(path, TriggerAPI, override)
+}
+
+// ReloadFileFor loads the YAML file at path ([LoadConfig]: a path that is not a regular
+// file or a file over [MaxConfigBytes] is refused unread), applies override to it (nil:
+// none; the command uses it for its -listen flag) and calls [Gateway.Reload]. trigger
+// names what asked for it ([TriggerSIGHUP], [TriggerWatch], [TriggerAPI], or any short
+// word of the caller's) in the log lines. On success Reload logs "config reloaded" (or
+// "config unchanged"); on failure it logs "config reload rejected" with the error at
+// level Error and returns the error — the old configuration keeps serving. The file it
+// read counts as seen for [Gateway.WatchConfig] on the same path: a SIGHUP after an edit
+// loads it once, not once more at the watcher's next tick. Safe for concurrent use.
+func (g *Gateway) ReloadFileFor(path, trigger string, override func(*Config)) error {
+	cfg, fi, err := loadConfigFile(path)
+	if fi != nil {
+		g.cfgSeen.set(path, fi)
+	}
 	if err == nil {
 		if override != nil {
 			override(&cfg)
 		}
-		err = g.Reload(cfg)
+		err = g.reload(cfg, trigger)
 	}
 	if err != nil {
-		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "err", err)
+		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "trigger", trigger, "err", err)
 	}
 	return err
+}
+
+// seenConfig is the configuration file the last file reload read: its path and
+// os.FileInfo. Safe for concurrent use.
+type seenConfig struct {
+	mu   sync.Mutex
+	path string
+	fi   fs.FileInfo // nil: none yet
+}
+
+func (s *seenConfig) set(path string, fi fs.FileInfo) {
+	s.mu.Lock()
+	s.path, s.fi = path, fi
+	s.mu.Unlock()
+}
+
+// is reports whether fi, an os.Stat of path, is the file the last file reload read,
+// unchanged since.
+func (s *seenConfig) is(path string, fi fs.FileInfo) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fi != nil && s.path == path && sameConfigFile(fi, s.fi)
 }
 
 // WatchConfig polls the file at path on every tick (the caller owns the ticker, e.g.
@@ -35,7 +79,9 @@ func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
 // is loaded too, and on Linux also one that reuses the inode number (rm then cp -p,
 // install -p) or a rewrite in place that keeps size and modification time. path is followed through symlinks (os.Stat), so a symlink swapped to
 // another target is a change. It returns nil when ctx is done or ticks is closed. No new
-// dependency (no inotify): a change is seen within one tick.
+// dependency (no inotify): a change is seen within one tick. A change another file reload
+// of path already read ([Gateway.ReloadFileFor], e.g. on SIGHUP) is not loaded again. Its
+// reloads log trigger [TriggerWatch].
 //
 // A path that cannot be stat'ed — missing, a dangling symlink, or another error — is
 // skipped until it can (the current configuration keeps serving), with one Warn when it
@@ -86,7 +132,10 @@ func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan tim
 			continue
 		}
 		last = fi
-		_ = g.ReloadFile(path, override) // logged
+		if g.cfgSeen.is(path, fi) {
+			continue // read by another reload since the last look (a SIGHUP)
+		}
+		_ = g.ReloadFileFor(path, TriggerWatch, override) // logged
 	}
 }
 

@@ -125,7 +125,7 @@ func run(args []string, stderr io.Writer) error {
 				return
 			case <-hup:
 				logger.Info("SIGHUP: reloading config", "path", *configPath)
-				_ = g.ReloadFile(*configPath, override) // logs the outcome
+				_ = g.ReloadFileFor(*configPath, gateway.TriggerSIGHUP, override) // logs the outcome
 			}
 		}
 	}()

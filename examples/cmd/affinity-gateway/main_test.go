@@ -34,8 +34,8 @@ func until(t *testing.T, what string, fn func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-// The command reloads its config file on SIGHUP, and on SIGTERM drains and saves the
-// binding table to binding_snapshot.
+// The command reloads its config file on SIGHUP (its "config reloaded" line says
+// trigger=sighup), and on SIGTERM drains and saves the binding table to binding_snapshot.
 func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	var urls []string
 	for range 2 {
@@ -59,7 +59,8 @@ func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	write("b0", urls[0])
 
 	done := make(chan error, 1)
-	go func() { done <- run([]string{"-config", cfgPath, "-log-level", "error"}, io.Discard) }()
+	var logs lockedBuffer
+	go func() { done <- run([]string{"-config", cfgPath, "-log-level", "info"}, &logs) }()
 	backendOf := func() string {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(`{}`))
 		req.Header.Set("X-Session-ID", "s1")
@@ -75,6 +76,7 @@ func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	write("b1", urls[1])
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	until(t, "the reload to take effect", func() bool { return backendOf() == "b1" })
+	require.Contains(t, logs.String(), `msg="config reloaded" trigger=sighup`)
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	require.NoError(t, <-done)
@@ -89,6 +91,16 @@ func TestRunReloadsOnSIGHUPAndSavesBindingsOnSIGTERM(t *testing.T) {
 	id, ok := s.Lookup("s1", "")
 	require.True(t, ok)
 	require.Equal(t, "b1", id)
+}
+
+// A config path that is a FIFO is refused at start, at once, naming what it is. (Before:
+// the start blocked until something wrote to it: tester32 #3.)
+func TestRunRefusesAFIFOConfig(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "gateway.yaml")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	err := run([]string{"-config", fifo}, io.Discard)
+	require.ErrorIs(t, err, gateway.ErrConfigNotRegular)
+	require.Contains(t, err.Error(), "a named pipe (FIFO), not a regular file")
 }
 
 // -h prints the usage under the command's own name and is not an error.
