@@ -207,7 +207,12 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	return g, nil
 }
 
-// Config returns the effective configuration (defaults applied).
+// Config returns the effective configuration (defaults applied) of the running state.
+// It is a shallow copy: its slices and maps (backends, tiers, session headers...) are
+// the running configuration's own, so treat it as read-only — writing to them is a data
+// race with the requests being served and makes a later [Gateway.Reload] of the edited
+// value look unchanged. To change the configuration, build a new Config (or a deep copy)
+// and Reload it. O(1), no allocation; safe for concurrent use.
 func (g *Gateway) Config() Config { return g.state().cfg }
 
 // Scheduler returns the gateway's current scheduler (for inspection and embedding). A
