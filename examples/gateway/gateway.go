@@ -80,6 +80,7 @@ type Gateway struct {
 	reloadMu    sync.Mutex    // serializes Reload
 	gone        goneDown      // backends removed while Down (reload_down.go); under reloadMu
 	cfgSeen     seenConfig    // the config file the last file reload read (reload_file.go)
+	fileReload  sync.Mutex    // one file reload at a time, the watcher's check of cfgSeen with it
 	probeCauses probeCauses   // why each backend's last active check failed (probecause.go)
 	retired     retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
 	reloaded    chan struct{} // Reload -> Run: restart the loops with the new state

@@ -32,6 +32,13 @@ func (g *Gateway) ReloadFile(path string, override func(*Config)) error {
 // read counts as seen for [Gateway.WatchConfig] on the same path: a SIGHUP after an edit
 // loads it once, not once more at the watcher's next tick. Safe for concurrent use.
 func (g *Gateway) ReloadFileFor(path, trigger string, override func(*Config)) error {
+	g.fileReload.Lock()
+	defer g.fileReload.Unlock()
+	return g.reloadFile(path, trigger, override)
+}
+
+// reloadFile is ReloadFileFor with g.fileReload held.
+func (g *Gateway) reloadFile(path, trigger string, override func(*Config)) error {
 	cfg, fi, err := loadConfigFile(path)
 	if fi != nil {
 		g.cfgSeen.set(path, fi)
@@ -132,10 +139,13 @@ func (g *Gateway) WatchConfig(ctx context.Context, path string, ticks <-chan tim
 			continue
 		}
 		last = fi
-		if g.cfgSeen.is(path, fi) {
-			continue // read by another reload since the last look (a SIGHUP)
+		// Checked under the file reload's lock: a SIGHUP's reload that began after this
+		// look has read the file (and marked it seen) by the time the lock is ours.
+		g.fileReload.Lock()
+		if !g.cfgSeen.is(path, fi) { // else read by another reload since the last look (a SIGHUP)
+			_ = g.reloadFile(path, TriggerWatch, override) // logged
 		}
-		_ = g.ReloadFileFor(path, TriggerWatch, override) // logged
+		g.fileReload.Unlock()
 	}
 }
 
