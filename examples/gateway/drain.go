@@ -28,18 +28,16 @@ const (
 
 // shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
 // (requests still running then were cut by it), the request to end it early
-// ([Gateway.EndDrain]), the backend attempts waiting for their response headers and the
-// event streams being forwarded (both cut at its end with errDrainCut: the first answer
-// a 503 "shutdown", the others write their error event) and the count of Serve's
-// handlers running (waited for before the connections are closed and before Serve
-// returns). New makes endCh and idle. Safe for concurrent use.
+// ([Gateway.EndDrain]), the backend attempts running and the event streams being
+// forwarded (both cut at its end with errDrainCut, see cutAll) and the count of Serve's
+// handlers running (waited for before Serve returns). New makes endCh and idle. Safe for concurrent use.
 type shutdownDrain struct {
 	cut     atomic.Bool // the drain is over: the remaining connections are being closed
 	endOnce sync.Once
 	endCh   chan struct{} // closed by end
 
 	mu       sync.Mutex
-	attempts map[*attemptTimer]struct{} // attempts waiting for their response headers (attempt)
+	attempts map[*attemptTimer]struct{} // attempts running: from their request to their body's close (attempt)
 	streams  map[*leaseBody]struct{}    // event streams being forwarded (wrapLease)
 	cutting  bool                       // they were cut: one tracked from now on is cut at once
 
@@ -51,9 +49,9 @@ type shutdownDrain struct {
 // end asks the drain to end now (idempotent).
 func (d *shutdownDrain) end() { d.endOnce.Do(func() { close(d.endCh) }) }
 
-// trackAttempt records at, a backend attempt about to wait for its response headers,
-// until untrackAttempt; after the drain's end (cutAll) it cuts at at once instead. One
-// lock (every attempt takes two: measured in BenchmarkServeHTTP, see the package doc).
+// trackAttempt records at, a backend attempt about to send its request, until
+// untrackAttempt (when it failed, or its response body is closed); after the drain's
+// end (cutAll) it cuts at at once instead. One lock (every attempt takes two).
 func (d *shutdownDrain) trackAttempt(at *attemptTimer) {
 	d.mu.Lock()
 	if d.cutting {
@@ -68,7 +66,8 @@ func (d *shutdownDrain) trackAttempt(at *attemptTimer) {
 	d.mu.Unlock()
 }
 
-// untrackAttempt forgets at: its response headers arrived, or it failed. One lock.
+// untrackAttempt forgets at: it failed, its response body was closed, or it became a
+// tunnel. Idempotent. One lock.
 func (d *shutdownDrain) untrackAttempt(at *attemptTimer) {
 	d.mu.Lock()
 	delete(d.attempts, at)
@@ -100,11 +99,11 @@ func (d *shutdownDrain) untrack(b *leaseBody) {
 	d.mu.Unlock()
 }
 
-// cutAll cancels, with errDrainCut, every attempt waiting for its response headers —
-// each request then answers a 503 "shutdown" (proxyError) — and the attempt of every
-// event stream being forwarded — each then writes its error event and ends — and makes
-// track and trackAttempt cut what they are given from now on. It returns how many it
-// cut of each.
+// cutAll cancels, with errDrainCut, every attempt still running: one waiting for its
+// response headers, or whose JSON body the gateway is reading whole (inject_metadata),
+// answers a 503 "shutdown" (proxyError); an event stream writes its error event and
+// ends; a body being copied through is cut. It makes track and trackAttempt cut what
+// they are given from now on. It returns how many attempts and streams it cut.
 func (d *shutdownDrain) cutAll() (attempts, streams int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -23,19 +23,23 @@ import (
 // A request still waiting for its backend's response headers when the shutdown drain
 // ends (drain_seconds, or EndDrain) is answered a JSON 503 "shutdown" with Retry-After,
 // streamed or not, instead of a closed connection: an SDK raises its typed error and
-// retries. It is not retried on another backend, not counted against its backend
-// (outlier detection), logged once as the drain's cut, and its lease is released.
-// (Before: the connection was closed with no response at all.)
+// retries. So is one whose JSON body the gateway is still reading whole to add
+// x_agent_serve (its client has received nothing yet; tester33: an empty reply). It is
+// not retried on another backend, not counted against its backend (outlier detection),
+// logged once as the drain's cut, and its lease is released. (Before: the connection was
+// closed with no response at all.)
 func TestDrainCutPendingRequest(t *testing.T) {
 	tests := []struct {
 		name     string
 		body     string
 		drain    string
 		endDrain bool
+		partial  bool // the backend sends its headers and part of a JSON body, then waits
 	}{
-		{"JSON, EndDrain", `{"model":"m"}`, "3600", true},
-		{"stream, EndDrain", `{"model":"m","stream":true}`, "3600", true},
-		{"JSON, drain_seconds", `{"model":"m"}`, "0.05", false},
+		{"JSON, EndDrain", `{"model":"m"}`, "3600", true, false},
+		{"stream, EndDrain", `{"model":"m","stream":true}`, "3600", true, false},
+		{"JSON, drain_seconds", `{"model":"m"}`, "0.05", false, false},
+		{"JSON body begun, EndDrain", `{"model":"m"}`, "3600", true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,8 +48,14 @@ func TestDrainCutPendingRequest(t *testing.T) {
 			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits.Add(1)
 				_, _ = io.Copy(io.Discard, r.Body) // then net/http notices the gateway closing the connection
+				if tt.partial {
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Content-Length", "1000")
+					_, _ = io.WriteString(w, `{"id":"chatcmpl-1",`)
+					w.(http.Flusher).Flush()
+				}
 				waiting <- struct{}{}
-				<-r.Context().Done() // never answers: until the gateway gives up the attempt
+				<-r.Context().Done() // never answers (in full): until the gateway gives up the attempt
 			}))
 			t.Cleanup(backend.Close)
 			logs := &records{}
@@ -54,6 +64,9 @@ func TestDrainCutPendingRequest(t *testing.T) {
 
 			res := postAsync(t, addr, tt.body)
 			<-waiting
+			if tt.partial { // the gateway reserved the buffer (2 x Content-Length): it is reading the body
+				require.Eventually(t, func() bool { _, b := g.InFlight(); return b >= 2000 }, 10*time.Second, time.Millisecond)
+			}
 			shutdown()
 			if tt.endDrain {
 				g.EndDrain()

@@ -77,7 +77,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		hdr: duration(st.rt.cfg.Timeouts.ResponseHeaderSeconds), idle: duration(st.rt.cfg.Timeouts.StreamIdleSeconds)}
 	a := &at.info // one allocation for both
 	at.arm()
-	g.drain.trackAttempt(at) // the end of Serve's drain cuts it with errDrainCut (drain.go)
+	g.drain.trackAttempt(at) // the end of Serve's drain cuts it with errDrainCut (drain.go), until its body is closed
 	var resp *http.Response
 	var err error
 	if dt, ok := g.base.(*directTransport); ok {
@@ -87,8 +87,8 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		resp, err = g.base.RoundTrip(req.WithContext(ctx))
 		err = netHTTPBadResponse(err)
 	}
-	g.drain.untrackAttempt(at)
 	if err != nil {
+		g.drain.untrackAttempt(at)
 		at.stop()
 		if cause := context.Cause(ctx); errors.Is(cause, ErrBackendTimeout) || errors.Is(cause, errDrainCut) {
 			err = cause
@@ -97,6 +97,7 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		return nil, a, err
 	}
 	if !at.headersDone() { // the header bound fired as the headers arrived
+		g.drain.untrackAttempt(at)
 		_ = resp.Body.Close()
 		cancel(nil)
 		return nil, a, at.fired
@@ -106,12 +107,14 @@ func (g *Gateway) attempt(req *http.Request, st *route, b *backend) (*http.Respo
 		berr = badUpgrade(req, resp) // a 101 nobody asked for: a failure, not a tunnel
 	}
 	if berr != nil {
+		g.drain.untrackAttempt(at)
 		at.stop()
 		_ = resp.Body.Close()
 		cancel(nil)
 		return nil, a, berr
 	}
-	if at.tunnel(resp, cancel) { // 101 Switching Protocols (tunnel.go)
+	if at.tunnel(resp, cancel) { // 101 Switching Protocols (tunnel.go): ended with the tunnels
+		g.drain.untrackAttempt(at)
 		return resp, a, nil
 	}
 	// A 5xx is a failure now; any other response's outcome is recorded when its body ends
@@ -353,6 +356,7 @@ func (b *idleBody) Close() error {
 	b.at.stop()
 	err := b.rc.Close()
 	b.cancel(nil)
+	b.at.g.drain.untrackAttempt(b.at)
 	return err
 }
 
