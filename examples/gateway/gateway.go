@@ -182,7 +182,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if timeout <= 0 {
 		timeout = health.DefaultTimeoutSeconds
 	}
-	g.checker = &http.Client{Transport: g.base, Timeout: time.Duration(timeout * float64(time.Second))}
+	g.checker = &http.Client{Transport: g.base, Timeout: time.Duration(timeout * float64(time.Second)), CheckRedirect: noRedirect}
 
 	if rt.prober, err = g.newProber(rt); err != nil {
 		return nil, err
@@ -222,3 +222,10 @@ func (g *Gateway) Scheduler() *affinity.Scheduler { return g.state().sched }
 
 // Registry returns the Prometheus registry /metrics serves.
 func (g *Gateway) Registry() *prometheus.Registry { return g.reg }
+
+// noRedirect makes an http.Client return a 3xx as the answer instead of following it.
+// The gateway's own requests to a backend (active health probes, outlier re-checks, load
+// scrapes) go to the configured URL only: a redirect is not a 2xx, so a probe answered
+// with one fails, as with the health package's default client, and a backend cannot
+// send them to another host.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

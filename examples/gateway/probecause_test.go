@@ -134,6 +134,14 @@ func TestActiveCheckDownSaysWhy(t *testing.T) {
 			return answer(req, http.StatusOK, &failingBody{err: os.ErrDeadlineExceeded}), nil
 		}, " (timeout reading the body)"},
 		{"other error", func(*http.Request) (*http.Response, error) { return nil, errors.New("secret detail") }, " (request failed)"},
+		{"redirect, not followed", func(req *http.Request) (*http.Response, error) {
+			if req.URL.Path != "/health" { // followed: the target answers 200
+				return answer(req, http.StatusOK, http.NoBody), nil
+			}
+			resp := answer(req, http.StatusFound, http.NoBody)
+			resp.Header.Set("Location", "http://192.0.2.1/elsewhere")
+			return resp, nil
+		}, " (status 302)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -122,7 +122,7 @@ func (g *Gateway) newProber(rt *routing, startDown ...string) (*health.Prober, e
 	}
 	popts := []health.ProberOption{
 		health.WithObserver(g.onProbe), // applies to whichever Scheduler is current
-		health.WithHTTPClient(&http.Client{Transport: g.probeTransport(rt, g.base)}),
+		health.WithHTTPClient(&http.Client{Transport: g.probeTransport(rt, g.base), CheckRedirect: noRedirect}),
 	}
 	if g.opts.probeTicks != nil {
 		popts = append(popts, health.WithTicks(g.opts.probeTicks))
