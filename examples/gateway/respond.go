@@ -76,6 +76,11 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	// Only the gateway says where a request went: a backend's own X-Agent-Serve-* fields
 	// (a forged X-Agent-Serve-Outcome on a response the gateway sets none on) go (ownheaders.go).
 	stripOwnHeaders(resp.Header)
+	stripOwnTrailers(resp) // and as trailers (ownheaders.go)
+	// Trailers the backend sends undeclared come with the end of the body (ServeHTTP
+	// removes the own ones after the copy): possible on a body of unknown length, or
+	// over HTTP/2.
+	st.trailers = resp.ContentLength < 0 || resp.ProtoMajor >= 2
 	// Canonical keys assigned directly: no canonicalization per response. The values live
 	// in st (headerSlot): ReverseProxy copies them into the client's header map.
 	resp.Header[HeaderBackend] = st.headerSlot(slotBackend, b.id)
@@ -114,7 +119,9 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	_ = resp.Body.Close()
 	// Trailers the backend did not announce are known only now, at the end of the body:
 	// then the body goes out unchanged and chunked, so that ReverseProxy forwards them, as
-	// for announced ones (injectable).
+	// for announced ones (injectable) — but for X-Agent-Serve-* ones, which it would
+	// declare now.
+	stripOwnHeaders(resp.Trailer)
 	trailers := len(resp.Trailer) > 0
 	out := pool.Get()[:0]
 	var u usage

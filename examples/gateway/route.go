@@ -153,6 +153,9 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.copying = true
 	g.proxy.ServeHTTP(w, out) // panics with http.ErrAbortHandler when a response is cut
 	w.copying = false
+	if st.trailers { // the client's trailers are written after this returns
+		stripSentOwnTrailers(w.Header()) // ownheaders.go
+	}
 	st.release(usage{}, out.Context().Err()) // no-op if the response body released it (lease.go)
 }
 
@@ -199,6 +202,9 @@ type route struct {
 	// askedUsage: stream_usage added stream_options.include_usage to body, so the
 	// usage-only event is taken out of the response stream (streamusage.go).
 	askedUsage bool
+	// trailers: the response may end with trailers the backend did not declare
+	// (modifyResponse), whose X-Agent-Serve-* ones ServeHTTP removes after the copy.
+	trailers bool
 
 	mu      sync.Mutex
 	backend *backend
