@@ -47,9 +47,13 @@
 // Request path: the :path Envoy sends (after its own normalization, when configured) is
 // checked as the HTTP gateway checks a request's path ([gateway.CheckPath], also applied
 // by [gateway.Gateway.Decide]): a dot segment ("." or "..", raw or percent-encoded), an
-// encoded slash or backslash ("%2F", "%5C") or a raw backslash is refused on the request
-// headers with ImmediateResponse 400 "invalid_path", before any body is read or anything
-// decided. The picker only picks an endpoint (an ip:port): the path the backend gets is
+// encoded slash or backslash ("%2F", "%5C"), a raw backslash, a byte outside RFC 3986's
+// path characters or an invalid percent-encoding, or a :path that does not start with
+// "/" ("*") is refused on the request headers with ImmediateResponse 400
+// "invalid_path", before any body is read or anything decided. The method is not
+// checked: the HTTP gateway refuses CONNECT and TRACE itself, but Envoy handles CONNECT
+// on its own (a 404 unless a route has a connect_matcher, which envoy.yaml has not), and
+// a backend failure is Envoy's to count. The picker only picks an endpoint (an ip:port): the path the backend gets is
 // Envoy's, so Envoy's HttpConnectionManager options are where paths are normalized or
 // refused for every route (normalize_path, merge_slashes, path_with_escaped_slashes_action;
 // envoy.yaml sets them); the picker's check covers an Envoy left at its defaults, which

@@ -73,7 +73,9 @@ var ErrRequest = errors.New("gateway: bad request")
 // limits.max_inflight_bytes: Decide holds no budget, the caller holds the body.
 //
 // Errors are *[RequestError]: 400 invalid_path for a path [CheckPath] refuses (checked
-// first, so r.URL must not be nil), 415 unsupported_content_encoding for a JSON body sent with
+// first: r.RequestURI's path when set, as ServeHTTP checks it, else r.URL's escaped
+// path, so r.URL must not be nil; the method is not checked, unlike ServeHTTP's CONNECT
+// and TRACE), 415 unsupported_content_encoding for a JSON body sent with
 // a Content-Encoding other than identity, 400 for a malformed JSON body, differing copies of a session, parent, tier
 // or tenant header (conflicting_header), an unknown tier, a session
 // ID too long, or missing on a generation call with require_session; 503 when no
@@ -84,7 +86,7 @@ var ErrRequest = errors.New("gateway: bad request")
 // miss (as ServeHTTP does). Safe for concurrent use. The decision holds a lease on the backend until Decision.Done, with
 // or without a session.
 func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) bool) (Decision, error) {
-	if err := CheckPath(r.URL.EscapedPath()); err != nil {
+	if err := checkRequestPath(r); err != nil {
 		return Decision{}, &RequestError{http.StatusBadRequest, "invalid_path", err}
 	}
 	rt := g.pin() // until the lease is taken (outstanding.go)

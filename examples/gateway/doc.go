@@ -10,15 +10,19 @@
 //
 // # Routing a request
 //
-//  0. The request path (as sent: r.URL.EscapedPath(); the query is not checked) must
-//     have no dot segment ("." or "..", raw or percent-encoded in any case: "%2e",
+//  0. CONNECT and TRACE (any case) get a JSON 405 method_not_allowed with an Allow
+//     header, before anything else (method.go: a CONNECT reached the backend as
+//     "CONNECT /prefix/", and a backend closing on it was ejected). The request path
+//     (as sent: the request-target's, r.RequestURI; the query is not checked) must
+//     start with "/", hold only RFC 3986 path characters and valid percent-encodings,
+//     and have no dot segment ("." or "..", raw or percent-encoded in any case: "%2e",
 //     ".%2E"), no encoded slash or backslash ("%2F", "%5C", any case) and no raw
 //     backslash ([CheckPath]); otherwise JSON 400 invalid_path, before the body is read
 //     or anything routed or bound. Decision: refuse rather than clean. The path is
 //     appended to the backend URL's path, so a dot segment could leave a backend URL's
 //     /prefix (tester32); an LLM API client never sends these, and a cleaning proxy
 //     reads such a path one way while the backend behind it, decoding, may read it
-//     another (path.go has the reasons).
+//     another (path.go has the reasons). A path that passes is forwarded byte for byte.
 //  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413), charged to
 //     limits.max_inflight_bytes as it arrives (over it: JSON 503 with Retry-After) and
 //     kept in memory so a request can be replayed once on another backend.

@@ -1,6 +1,10 @@
 package gateway
 
-import "fmt"
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
 
 // Request paths: the gateway forwards a request's path as the client sent it, appended
 // to the backend URL's path (backends[].url's /prefix), so it refuses the paths whose
@@ -23,16 +27,22 @@ import "fmt"
 // gateway answers such a request with a 400 "invalid_path".
 var ErrInvalidPath = fmt.Errorf("%w: invalid path", ErrRequest)
 
-// CheckPath reports whether escapedPath, a request path as sent on the wire — pass
-// r.URL.EscapedPath(), not r.URL.Path, which has %2F decoded into a separator — is one
-// the gateway forwards. It returns an error wrapping [ErrInvalidPath] (and [ErrRequest])
-// when the path has
+// CheckPath reports whether rawPath, a request path exactly as sent on the wire (the
+// request-target's path: see [Gateway.ServeHTTP]; not r.URL.Path, which has %2F decoded
+// into a separator, nor r.URL.EscapedPath(), which re-escapes the decoded path when it
+// does not round-trip), is one the gateway forwards. It returns an error wrapping
+// [ErrInvalidPath] (and [ErrRequest]) when the path
 //
-//   - a dot segment ("." or ".." between slashes or at either end, RFC 3986 section
+//   - is not empty and does not start with "/" (the asterisk-form "*", an authority),
+//   - has a byte RFC 3986 does not allow in a path (section 3.3: only unreserved
+//     characters, sub-delims, ":", "@", "/" and percent-encodings; so no space,
+//     control byte, non-ASCII byte, `"`, "#", "<", ">", "[", "]", "^", "`", "{", "|", "}"),
+//     or a "%" not followed by two hex digits,
+//   - has a dot segment ("." or ".." between slashes or at either end, RFC 3986 section
 //     3.3; the segments its section 5.2.4 removes), raw or percent-encoded in any case
 //     ("%2e", "%2E", ".%2e", ...),
-//   - an encoded slash or backslash ("%2f", "%2F", "%5c", "%5C"), or
-//   - a raw backslash,
+//   - has an encoded slash or backslash ("%2f", "%2F", "%5c", "%5C"), or
+//   - has a raw backslash,
 //
 // nil otherwise. The message names the problem and quotes at most 64 bytes of the
 // path. The query is not part of the path and is not checked; neither are empty
@@ -40,42 +50,107 @@ var ErrInvalidPath = fmt.Errorf("%w: invalid path", ErrRequest)
 // "..;"). [Gateway.ServeHTTP] and [Gateway.Decide] call it before anything else of the
 // request is read. Cost: one pass over the path, no allocation when it passes. Safe for
 // concurrent use.
-func CheckPath(escapedPath string) error {
+//
+// Decision (tester33): a path with a byte outside RFC 3986's set is refused rather than
+// checked and forwarded raw. net/http keeps such a path only decoded (r.URL.RawPath is
+// dropped when it is not a valid encoding), so "/v1/chat%2Fcompletions|" reached the
+// backend re-escaped as "/v1/chat/completions%7C": the encoded slash had become a
+// separator. A path made of RFC 3986's characters alone is one net/http keeps as sent
+// (r.URL.EscapedPath() returns it byte for byte), so every path this check accepts is
+// forwarded exactly as the client wrote it, after the backend URL's path, and no second
+// spelling of it exists for the check to miss. LLM API clients send fixed ASCII paths;
+// a client with another byte in its path can percent-encode it.
+func CheckPath(rawPath string) error {
+	if rawPath != "" && rawPath[0] != '/' {
+		return pathError(rawPath, `no leading "/" (only a path in origin form is forwarded)`)
+	}
 	dots, other := 0, false // in the current segment: '.' count, and whether it has anything else
 	for i := 0; ; {
-		if i == len(escapedPath) || escapedPath[i] == '/' {
+		if i == len(rawPath) || rawPath[i] == '/' {
 			if !other && (dots == 1 || dots == 2) {
-				return pathError(escapedPath, `a dot segment ("." or "..", raw or percent-encoded)`)
+				return pathError(rawPath, `a dot segment ("." or "..", raw or percent-encoded)`)
 			}
-			if i == len(escapedPath) {
+			if i == len(rawPath) {
 				return nil
 			}
 			dots, other = 0, false
 			i++
 			continue
 		}
-		switch c := escapedPath[i]; {
+		switch c := rawPath[i]; {
 		case c == '.':
 			dots++
 			i++
-		case c == '\\':
-			return pathError(escapedPath, "a backslash")
-		case c == '%' && i+2 < len(escapedPath):
-			switch hi, lo := escapedPath[i+1], escapedPath[i+2]|0x20; {
+		case c == '%':
+			if i+2 >= len(rawPath) || !isHex(rawPath[i+1]) || !isHex(rawPath[i+2]) {
+				return pathError(rawPath, `a "%" not followed by two hex digits`)
+			}
+			switch hi, lo := rawPath[i+1], rawPath[i+2]|0x20; {
 			case hi == '2' && lo == 'e':
 				dots++
-				i += 3
 			case hi == '2' && lo == 'f', hi == '5' && lo == 'c':
-				return pathError(escapedPath, `an encoded slash or backslash ("%2F" or "%5C")`)
+				return pathError(rawPath, `an encoded slash or backslash ("%2F" or "%5C")`)
 			default:
 				other = true
-				i++
 			}
-		default:
+			i += 3
+		case c == '\\':
+			return pathError(rawPath, "a backslash")
+		case pathChars[c]:
 			other = true
 			i++
+		default:
+			return pathError(rawPath, "a byte RFC 3986 does not allow in a path (percent-encode it)")
 		}
 	}
+}
+
+// pathChars marks the bytes RFC 3986 allows raw in a path segment other than '%' and
+// '.' (handled apart): unreserved, sub-delims, ':' and '@' (pchar, section 3.3).
+var pathChars = func() (t [256]bool) {
+	for _, c := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~!$&'()*+,;=:@") {
+		t[c] = true
+	}
+	return t
+}()
+
+// requestPath returns the path of r's request-target as the client sent it: the part
+// of r.RequestURI before any "?" for the origin form ("/v1/models?x"), the path of the
+// absolute form ("http://host/v1/models?x": "/v1/models"; "" when it has none), and the
+// target itself otherwise (the asterisk-form "*", which CheckPath refuses: net/http
+// answers "OPTIONS *" itself, and any other method with "*" has no path to forward — it
+// used to reach the backend as "/%2A"). A request without a RequestURI (not read by a
+// server: the ext_proc picker's, a test's) has r.URL.EscapedPath(). No allocation.
+func requestPath(r *http.Request) string {
+	t := r.RequestURI
+	if t == "" {
+		return r.URL.EscapedPath()
+	}
+	if t[0] != '/' {
+		if _, rest, ok := strings.Cut(t, "://"); ok { // absolute-form: skip the authority
+			if i := strings.IndexAny(rest, "/?"); i >= 0 {
+				t = rest[i:]
+			} else {
+				t = ""
+			}
+		}
+	}
+	p, _, _ := strings.Cut(t, "?")
+	return p
+}
+
+// checkRequestPath is CheckPath on r's path as sent (requestPath) and, when r.URL's
+// escaped path is another string — r.URL was changed after the server parsed it, by
+// http.StripPrefix for one — on that too: it is the one forwarded.
+func checkRequestPath(r *http.Request) error {
+	raw := requestPath(r)
+	if err := CheckPath(raw); err != nil {
+		return err
+	}
+	if esc := r.URL.EscapedPath(); esc != raw {
+		return CheckPath(esc)
+	}
+	return nil
 }
 
 func pathError(p, what string) error {

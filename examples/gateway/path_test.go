@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +74,20 @@ func TestInvalidPath(t *testing.T) {
 		{"encoded backslash", "GET", "/v1/..%5cadmin", refused},
 		{"encoded backslash, upper case", "GET", "/v1/%5Cadmin", refused},
 		{"raw backslash", "GET", `/v1\..\admin`, refused},
+		// tester33: a byte that makes net/http drop RawPath turned %2F into a separator
+		// ("/v1/chat/completions%7C" at the backend); refused as sent, in either form.
+		{"encoded slash and a pipe", "POST", "/v1/chat%2Fcompletions|", refused},
+		{"encoded slash and a brace", "POST", "/v1/chat%2Fcompletions{", refused},
+		{"encoded slash and a caret", "POST", "/v1/chat%2Fcompletions^", refused},
+		{"encoded slash and a backtick", "POST", "/v1/chat%2Fcompletions`", refused},
+		{"encoded slash and a non-ASCII byte", "POST", "/v1/chat%2Fcompletions\xff", refused},
+		{"pipe alone", "GET", "/v1/models|", refused},
+		{"non-ASCII byte alone", "GET", "/v1/mod\xffels", refused},
+		{"square bracket", "GET", "/v1/models[0]", refused},
+		{"number sign", "GET", "/v1/models#x", refused},
+		{"absolute-form, encoded slash and a pipe", "POST", "http://gw.example/v1/chat%2Fcompletions|?q=1", refused},
+		{"absolute-form, dot dot", "GET", "http://gw.example/v1/../../admin", refused},
+		{"asterisk-form, not OPTIONS", "POST", "*", refused},
 
 		{"plain", "POST", "/v1/chat/completions", "/tenant-a/v1/chat/completions"},
 		{"query is not the path", "GET", "/v1/models?p=../../x%2f%5c", "/tenant-a/v1/models"},
@@ -81,6 +96,11 @@ func TestInvalidPath(t *testing.T) {
 		{"dots inside", "GET", "/v1/a..b/c.", "/tenant-a/v1/a..b/c."},
 		{"double encoded dot dot", "GET", "/v1/%252e%252e/x", "/tenant-a/v1/%252e%252e/x"},
 		{"other escapes", "GET", "/v1/a%20b%2Dc", "/tenant-a/v1/a%20b%2Dc"},
+		{"escaped pipe", "GET", "/v1/a%7Cb", "/tenant-a/v1/a%7Cb"},
+		{"sub-delims, colon and at", "GET", "/v1/a!$&'()*+,;=:@b", "/tenant-a/v1/a!$&'()*+,;=:@b"},
+		{"query with other bytes", "GET", "/v1/models?x=|{^", "/tenant-a/v1/models"},
+		{"absolute-form", "GET", "http://gw.example/v1/models?x=1", "/tenant-a/v1/models"},
+		{"absolute-form, no path", "GET", "http://gw.example", "/tenant-a/"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,11 +166,16 @@ func TestDecideInvalidPath(t *testing.T) {
 	assert.Zero(t, g.Scheduler().Len(), "nothing bound")
 }
 
-// checkPathReference is the rule of CheckPath written plainly: no raw backslash, no
-// %2F or %5C in any case, and no segment that is "." or ".." once %2E (any case)
-// is read as a dot.
+// rfc3986Path is an empty path or one made of "/", RFC 3986's pchar (unreserved,
+// sub-delims, ":", "@") and percent-encodings.
+var rfc3986Path = regexp.MustCompile(`^(/([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?$`)
+
+// checkPathReference is the rule of CheckPath written plainly: empty or starting with
+// "/" and made of RFC 3986 path characters and valid percent-encodings only, no %2F or
+// %5C in any case, and no segment that is "." or ".." once %2E (any case) is read as a
+// dot.
 func checkPathReference(p string) bool {
-	if strings.Contains(p, `\`) {
+	if !rfc3986Path.MatchString(p) {
 		return false
 	}
 	for _, bad := range []string{"%2f", "%2F", "%5c", "%5C"} {
@@ -172,11 +197,19 @@ func TestCheckPath(t *testing.T) {
 		path string
 		ok   bool
 	}{
-		{"", true}, {"/", true}, {"*", true}, {"//", true}, {"/v1/chat/completions", true},
+		{"", true}, {"/", true}, {"//", true}, {"/v1/chat/completions", true},
 		{".", false}, {"..", false}, {"/.", false}, {"/..", false}, {"./x", false}, {"/a/./b", false},
-		{"/%2e", false}, {"/%2E%2e/", false}, {"/%2e%2e%2e", true}, {"/.%2", true}, {"/%2", true},
-		{"/%", true}, {"/%2e%", true}, {"/a%2f", false}, {"/a%5C", false}, {`/a\`, false},
-		{"/%%2e", true}, {"/%2%2e", true}, {"/..;/x", true},
+		{"/%2e", false}, {"/%2E%2e/", false}, {"/%2e%2e%2e", true}, {"/a%2f", false}, {"/a%5C", false}, {`/a\`, false},
+		{"/..;/x", true}, {"/a%7c%7Cb", true}, {"/a-b_c.d~e!$&'()*+,;=:@", true}, {"/%00", true},
+		// no leading slash (asterisk-form, authority-form, a bare name)
+		{"*", false}, {"127.0.0.1:41001", false}, {"v1/models", false},
+		// invalid percent-encodings (tester33's brief: "%" not followed by two hex digits)
+		{"/.%2", false}, {"/%2", false}, {"/%", false}, {"/%2e%", false}, {"/%%2e", false}, {"/%2%2e", false},
+		{"/%zz", false}, {"/%g0", false}, {"/a%2", false},
+		// bytes outside RFC 3986's path characters (tester33: net/http drops RawPath on them)
+		{"/v1/chat%2Fcompletions|", false}, {"/a|", false}, {"/a{", false}, {"/a}", false}, {"/a^", false},
+		{"/a`", false}, {"/a\xff", false}, {"/a\x00", false}, {"/a b", false}, {"/a\"", false}, {"/a<", false},
+		{"/a#", false}, {"/a[", false}, {"/a]", false}, {"/a?", false}, {"/a\t", false}, {"/é", false},
 	} {
 		err := gateway.CheckPath(tt.path)
 		assert.Equal(t, tt.ok, err == nil, "%q: %v", tt.path, err)
@@ -189,7 +222,8 @@ func TestCheckPath(t *testing.T) {
 
 // CheckPath never panics and agrees with the plain reference of its rule.
 func FuzzCheckPath(f *testing.F) {
-	for _, s := range []string{"/v1/chat/completions", "/v1/../x", "/%2e%2E/", "/a%2fb", `\`, "/%", "/.%2", "/...", ""} {
+	for _, s := range []string{"/v1/chat/completions", "/v1/../x", "/%2e%2E/", "/a%2fb", `\`, "/%", "/.%2", "/...", "",
+		"/v1/chat%2Fcompletions|", "/a{", "/a^", "/a\xff", "/%zz", "*", "/a%7C"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {

@@ -17,9 +17,10 @@ import (
 	"github.com/agentserve/sessionaffinity/metrics"
 )
 
-// ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else.
-// (With admin_listen set, [Gateway.Serve] also serves those three on their own
-// listener: admin.go.)
+// ServeHTTP serves /metrics, /healthz and /readyz itself and proxies everything else,
+// except CONNECT and TRACE (a JSON 405, method.go) and a request whose path as sent —
+// r.RequestURI's, not r.URL's — [CheckPath] refuses (a JSON 400). (With admin_listen
+// set, [Gateway.Serve] also serves those three on their own listener: admin.go.)
 func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if g.serveOps(rw, r) {
 		return
@@ -54,8 +55,12 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		g.unreserve(st, st.reserved.Load())
 	}()
 
-	// Before the body is read or anything routed (path.go).
-	if err := CheckPath(r.URL.EscapedPath()); err != nil {
+	// Before the body is read or anything routed (method.go, path.go).
+	if refusedMethod(r.Method) {
+		refuseMethod(w, r.Method)
+		return
+	}
+	if err := checkRequestPath(r); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_path", clientText(err))
 		return
 	}
