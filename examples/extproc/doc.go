@@ -46,8 +46,9 @@
 //
 // Request path: the :path Envoy sends (after its own normalization, when configured) is
 // checked as the HTTP gateway checks a request's path ([gateway.CheckPath], also applied
-// by [gateway.Gateway.Decide]): a dot segment ("." or "..", raw or percent-encoded), an
-// encoded slash or backslash ("%2F", "%5C"), a raw backslash, a byte outside RFC 3986's
+// by [gateway.Gateway.Decide]): a dot segment ("." or "..", raw or percent-encoded, an
+// encoded slash "%2F" counting as a slash), an encoded backslash ("%5C"), a raw
+// backslash, a byte outside RFC 3986's
 // path characters or an invalid percent-encoding, or a :path that does not start with
 // "/" ("*") is refused on the request headers with ImmediateResponse 400
 // "invalid_path", before any body is read or anything decided. The method is not
@@ -56,8 +57,9 @@
 // a backend failure is Envoy's to count. The picker only picks an endpoint (an ip:port): the path the backend gets is
 // Envoy's, so Envoy's HttpConnectionManager options are where paths are normalized or
 // refused for every route (normalize_path, merge_slashes, path_with_escaped_slashes_action;
-// envoy.yaml sets them); the picker's check covers an Envoy left at its defaults, which
-// forwards dot segments and %2F as sent.
+// envoy.yaml sets the first two and keeps %2F, which SDKs send in model IDs); the
+// picker's check covers an Envoy left at its defaults, which forwards dot segments as
+// sent.
 //
 // Subset hint: when the request's filter metadata has
 // "envoy.lb.subset_hint"/"x-gateway-destination-endpoint-subset", only backends whose

@@ -73,12 +73,12 @@ func TestEnvoyConfig(t *testing.T) {
 	require.Len(t, hf, 2)
 	assert.Equal(t, "envoy.filters.http.ext_proc", hf[0].(map[string]any)["name"])
 	assert.Equal(t, "envoy.filters.http.router", hf[1].(map[string]any)["name"])
-	// Paths are normalized, and encoded slashes refused, before routing (docs/gateway.md,
-	// Request paths).
+	// Paths are normalized before routing; encoded slashes are kept (SDKs send %2F in
+	// model IDs) and checked by the picker (docs/gateway.md, Request paths).
 	hcm := path(t, chains[0], "typed_config").(map[string]any)
 	assert.Equal(t, true, hcm["normalize_path"])
 	assert.Equal(t, true, hcm["merge_slashes"])
-	assert.Equal(t, "REJECT_REQUEST", hcm["path_with_escaped_slashes_action"])
+	assert.Equal(t, "KEEP_UNCHANGED", hcm["path_with_escaped_slashes_action"])
 
 	clusters := path(t, cfg, "static_resources", "clusters").([]any)
 	byName := map[string]map[string]any{}

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// A :path with a dot segment, an encoded slash or backslash, or a raw backslash is
+// A :path with a dot segment (an encoded slash counting as a slash), an encoded or raw backslash is
 // refused on the request headers with a 400 invalid_path, as the HTTP gateway refuses
 // it: nothing is decided or held. A :path that does not parse as a URI is checked as
 // sent too (it used to be read as "/").
@@ -14,7 +14,8 @@ func TestInvalidPath(t *testing.T) {
 	for _, tt := range []struct{ name, path string }{
 		{"dot dot", "/v1/../../admin/chat/completions"},
 		{"encoded dot dot", "/v1/%2E%2e/admin/chat/completions"},
-		{"encoded slash", "/v1%2fchat/completions"},
+		{"dot dot between encoded slashes", "/v1/models%2f..%2f..%2fadmin"},
+		{"encoded backslash", "/v1%5cchat/completions"},
 		{"raw backslash", `/v1\..\admin`},
 		{"unparsable with dot dot", "/v1/../admin/%zz"},
 		{"unparsable with encoded slash", "/v1%2Fadmin/%zz"},

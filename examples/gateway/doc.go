@@ -16,8 +16,8 @@
 //     (as sent: the request-target's, r.RequestURI; the query is not checked) must
 //     start with "/", hold only RFC 3986 path characters and valid percent-encodings,
 //     and have no dot segment ("." or "..", raw or percent-encoded in any case: "%2e",
-//     ".%2E"), no encoded slash or backslash ("%2F", "%5C", any case) and no raw
-//     backslash ([CheckPath]); otherwise JSON 400 invalid_path, before the body is read
+//     ".%2E"; an encoded slash "%2F" counts as a slash), no encoded backslash ("%5C",
+//     any case) and no raw backslash ([CheckPath]); otherwise JSON 400 invalid_path, before the body is read
 //     or anything routed or bound. Decision: refuse rather than clean. The path is
 //     appended to the backend URL's path, so a dot segment could leave a backend URL's
 //     /prefix (tester32); an LLM API client never sends these, and a cleaning proxy

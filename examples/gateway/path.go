@@ -13,7 +13,11 @@ import (
 //
 // Decision: refuse, not clean. An LLM API client (the OpenAI and Anthropic SDKs, vLLM's
 // clients, coding agents) builds fixed paths such as /v1/chat/completions and never
-// sends a dot segment or an encoded slash, so a refusal costs no real client anything.
+// sends a dot segment, so a refusal costs no real client anything. It does send an
+// encoded slash: the SDKs' models.retrieve("meta-llama/Llama-3.1-8B-Instruct") asks for
+// GET /v1/models/meta-llama%2FLlama-3.1-8B-Instruct (tester34; Hugging Face-style model
+// IDs are the norm on vLLM), so %2F passes, forwarded as sent, and counts as a slash for
+// the dot-segment rule: whichever hop decodes it, no ".." segment appears.
 // Cleaning instead would make the gateway one more hop with its own reading of the
 // path: removing dot segments before or after percent-decoding, treating %2F and \ as
 // separators or not, gives different paths, and a proxy that cleans one way in front of
@@ -40,8 +44,9 @@ var ErrInvalidPath = fmt.Errorf("%w: invalid path", ErrRequest)
 //     or a "%" not followed by two hex digits,
 //   - has a dot segment ("." or ".." between slashes or at either end, RFC 3986 section
 //     3.3; the segments its section 5.2.4 removes), raw or percent-encoded in any case
-//     ("%2e", "%2E", ".%2e", ...),
-//   - has an encoded slash or backslash ("%2f", "%2F", "%5c", "%5C"), or
+//     ("%2e", "%2E", ".%2e", ...), where an encoded slash ("%2f", "%2F") counts as a
+//     slash too ("/a%2F..%2Fb" has one),
+//   - has an encoded backslash ("%5c", "%5C"), or
 //   - has a raw backslash,
 //
 // nil otherwise. The message names the problem and quotes at most 64 bytes of the
@@ -88,15 +93,20 @@ func CheckPath(rawPath string) error {
 			switch hi, lo := rawPath[i+1], rawPath[i+2]|0x20; {
 			case hi == '2' && lo == 'e':
 				dots++
-			case hi == '2' && lo == 'f', hi == '5' && lo == 'c':
-				return pathError(rawPath, `an encoded slash or backslash ("%2F" or "%5C")`)
+			case hi == '2' && lo == 'f': // a separator to whoever decodes it: ends a segment too
+				if !other && (dots == 1 || dots == 2) {
+					return pathError(rawPath, `a dot segment ("." or "..", raw or percent-encoded)`)
+				}
+				dots, other = 0, false
+			case hi == '5' && lo == 'c':
+				return pathError(rawPath, `an encoded backslash ("%5C")`)
 			default:
 				other = true
 			}
 			i += 3
 		case c == '\\':
 			return pathError(rawPath, "a backslash")
-		case pathChars[c]:
+		case isPathChar(c):
 			other = true
 			i++
 		default:
@@ -105,38 +115,46 @@ func CheckPath(rawPath string) error {
 	}
 }
 
-// pathChars marks the bytes RFC 3986 allows raw in a path segment other than '%' and
-// '.' (handled apart): unreserved, sub-delims, ':' and '@' (pchar, section 3.3).
-var pathChars = func() (t [256]bool) {
-	for _, c := range []byte("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~!$&'()*+,;=:@") {
-		t[c] = true
+// isPathChar reports whether RFC 3986 allows c raw in a path segment, other than '%'
+// and '.' (handled apart): unreserved, sub-delims, ':' and '@' (pchar, section 3.3).
+func isPathChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
 	}
-	return t
-}()
+	return strings.IndexByte("-_~!$&'()*+,;=:@", c) >= 0
+}
 
 // requestPath returns the path of r's request-target as the client sent it: the part
 // of r.RequestURI before any "?" for the origin form ("/v1/models?x"), the path of the
 // absolute form ("http://host/v1/models?x": "/v1/models"; "" when it has none), and the
-// target itself otherwise (the asterisk-form "*", which CheckPath refuses: net/http
-// answers "OPTIONS *" itself, and any other method with "*" has no path to forward — it
-// used to reach the backend as "/%2A"). A request without a RequestURI (not read by a
-// server: the ext_proc picker's, a test's) has r.URL.EscapedPath(). No allocation.
+// target before any "?" otherwise (the asterisk-form "*", a scheme without an authority
+// such as "x:/v1/..." or "x:foo", an authority), which CheckPath refuses as it does not
+// start with "/": net/http answers "OPTIONS *" itself, "*" with any other method used to
+// reach the backend as "/%2A", and "x:foo" as the request line "foo" (tester34). The
+// query is cut first, so that a "://" in it is never taken for the absolute form's. A
+// request without a RequestURI (not read by a server: the ext_proc picker's, a test's)
+// has r.URL.EscapedPath(), or "x" (refused) for an opaque URL. No allocation.
 func requestPath(r *http.Request) string {
 	t := r.RequestURI
 	if t == "" {
+		if r.URL.Opaque != "" {
+			return "x"
+		}
 		return r.URL.EscapedPath()
 	}
-	if t[0] != '/' {
-		if _, rest, ok := strings.Cut(t, "://"); ok { // absolute-form: skip the authority
-			if i := strings.IndexAny(rest, "/?"); i >= 0 {
-				t = rest[i:]
-			} else {
-				t = ""
-			}
-		}
+	t, _, _ = strings.Cut(t, "?")
+	if t == "" || t[0] == '/' {
+		return t
 	}
-	p, _, _ := strings.Cut(t, "?")
-	return p
+	scheme, rest, ok := strings.Cut(t, "://")
+	if !ok || scheme == "" || strings.Contains(scheme, "/") {
+		return t // not the absolute form: refused
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return rest[i:] // the absolute form's path, after its authority
+	}
+	return ""
 }
 
 // checkRequestPath is CheckPath on r's path as sent (requestPath) and, when r.URL's

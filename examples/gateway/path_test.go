@@ -70,7 +70,9 @@ func TestInvalidPath(t *testing.T) {
 		{"encoded dot", "POST", "/v1/%2e/chat/completions", refused},
 		{"leading encoded dot dot", "GET", "/%2e%2e/admin/y", refused},
 		{"encoded slash", "POST", "/v1%2f..%2fadmin/chat/completions", refused},
-		{"encoded slash, upper case", "GET", "/v1/models%2Fx", refused},
+		{"encoded slash and dot dot, upper case", "GET", "/v1/models%2F..%2F..%2Fadmin", refused},
+		// tester34: the SDKs' models.retrieve of a Hugging Face-style model ID
+		{"encoded slash in a model ID", "GET", "/v1/models/meta-llama%2FLlama-3.1-8B-Instruct", "/tenant-a/v1/models/meta-llama%2FLlama-3.1-8B-Instruct"},
 		{"encoded backslash", "GET", "/v1/..%5cadmin", refused},
 		{"encoded backslash, upper case", "GET", "/v1/%5Cadmin", refused},
 		{"raw backslash", "GET", `/v1\..\admin`, refused},
@@ -88,6 +90,11 @@ func TestInvalidPath(t *testing.T) {
 		{"absolute-form, encoded slash and a pipe", "POST", "http://gw.example/v1/chat%2Fcompletions|?q=1", refused},
 		{"absolute-form, dot dot", "GET", "http://gw.example/v1/../../admin", refused},
 		{"asterisk-form, not OPTIONS", "POST", "*", refused},
+		// tester34: a "://" in the query was taken for the absolute form's
+		{"scheme without authority, :// in the query", "POST", "x:/v1/chat%2Fcompletions|?q=://h", refused},
+		{"opaque target, :// in the query", "POST", "x:foo/../../admin?q=://h/v1", refused},
+		{"opaque target", "GET", "a:b", refused},
+		{"http with one slash", "GET", "http:/v1/models", refused},
 
 		{"plain", "POST", "/v1/chat/completions", "/tenant-a/v1/chat/completions"},
 		{"query is not the path", "GET", "/v1/models?p=../../x%2f%5c", "/tenant-a/v1/models"},
@@ -171,19 +178,19 @@ func TestDecideInvalidPath(t *testing.T) {
 var rfc3986Path = regexp.MustCompile(`^(/([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})*)?$`)
 
 // checkPathReference is the rule of CheckPath written plainly: empty or starting with
-// "/" and made of RFC 3986 path characters and valid percent-encodings only, no %2F or
-// %5C in any case, and no segment that is "." or ".." once %2E (any case) is read as a
-// dot.
+// "/" and made of RFC 3986 path characters and valid percent-encodings only, no %5C in
+// any case, and no segment that is "." or ".." once %2E (any case) is read as a dot and
+// %2F (any case) as a slash.
 func checkPathReference(p string) bool {
 	if !rfc3986Path.MatchString(p) {
 		return false
 	}
-	for _, bad := range []string{"%2f", "%2F", "%5c", "%5C"} {
+	for _, bad := range []string{"%5c", "%5C"} {
 		if strings.Contains(p, bad) {
 			return false
 		}
 	}
-	for _, seg := range strings.Split(p, "/") {
+	for _, seg := range strings.Split(strings.ReplaceAll(strings.ReplaceAll(p, "%2f", "/"), "%2F", "/"), "/") {
 		seg = strings.ReplaceAll(strings.ReplaceAll(seg, "%2e", "."), "%2E", ".")
 		if seg == "." || seg == ".." {
 			return false
@@ -199,7 +206,8 @@ func TestCheckPath(t *testing.T) {
 	}{
 		{"", true}, {"/", true}, {"//", true}, {"/v1/chat/completions", true},
 		{".", false}, {"..", false}, {"/.", false}, {"/..", false}, {"./x", false}, {"/a/./b", false},
-		{"/%2e", false}, {"/%2E%2e/", false}, {"/%2e%2e%2e", true}, {"/a%2f", false}, {"/a%5C", false}, {`/a\`, false},
+		{"/%2e", false}, {"/%2E%2e/", false}, {"/%2e%2e%2e", true}, {"/a%2f", true}, {"/a%2f..", false}, {"/..%2Fa", false},
+		{"/%2e%2e%2fadmin", false}, {"/a%2F.%2Fb", false}, {"/a%2F...", true}, {"/v1/models/org%2Fmodel-1.5", true}, {"/a%5C", false}, {`/a\`, false},
 		{"/..;/x", true}, {"/a%7c%7Cb", true}, {"/a-b_c.d~e!$&'()*+,;=:@", true}, {"/%00", true},
 		// no leading slash (asterisk-form, authority-form, a bare name)
 		{"*", false}, {"127.0.0.1:41001", false}, {"v1/models", false},
