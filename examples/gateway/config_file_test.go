@@ -101,20 +101,8 @@ func TestLoadConfigCapsTheSize(t *testing.T) {
 // loaded. (Before: the reload hung, silently, and every later SIGHUP and watch reload
 // with it: tester32 #3.)
 func TestReloadRefusesNonRegularFilesWithoutBlocking(t *testing.T) {
-	url := jsonBackends(t, 1)[0]
-	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.yaml")
-	content := func(id string) []byte {
-		return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, url)
-	}
-	require.NoError(t, os.WriteFile(path, content("b0"), 0o600))
-	logger, logs := captureLogs()
-	g, ticks := watchGateway(t, path, gateway.WithLogger(logger))
-	tick := func(n int) { // as in TestWatchConfigMissingAndSameStampReplacement
-		for range n + 1 {
-			ticks <- time.Time{}
-		}
-	}
+	w := newWatchedFile(t)
+	g, dir, path, logs, content, tick := w.g, w.dir, w.path, w.logs, w.content, w.tick
 	rejected := func() int { return strings.Count(logs.String(), `"level":"ERROR","msg":"config reload rejected`) }
 	tick(1)
 

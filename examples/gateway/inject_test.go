@@ -125,12 +125,7 @@ func TestInjectMetadataSkipsTrailers(t *testing.T) {
 		client := tc.client
 		t.Run(client+tc.query, func(t *testing.T) {
 			srv := serveGateway(t, client, be.URL)
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions"+tc.query, strings.NewReader(`{"model":"m"}`))
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Session-ID", "s1")
-			resp, err := srv.Client().Do(req)
-			require.NoError(t, err)
+			resp := postChat(t, srv, tc.query)
 			defer resp.Body.Close()
 			got, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
@@ -140,4 +135,17 @@ func TestInjectMetadataSkipsTrailers(t *testing.T) {
 			assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend), "the headers still carry the metadata")
 		})
 	}
+}
+
+// postChat posts session s1's chat completion {"model":"m"} to the gateway served by srv,
+// with query (including its "?", or "") after the path.
+func postChat(t *testing.T, srv *httptest.Server, query string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions"+query, strings.NewReader(`{"model":"m"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", "s1")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	return resp
 }

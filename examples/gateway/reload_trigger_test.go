@@ -85,20 +85,8 @@ func TestReloadLogsItsTrigger(t *testing.T) {
 // load again the file the SIGHUP's reload read. (Before: a second "config reloaded" with
 // every change list empty at the watcher's next tick: tester32 #6c.)
 func TestWatchConfigSkipsTheFileASIGHUPLoaded(t *testing.T) {
-	url := jsonBackends(t, 1)[0]
-	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.yaml")
-	content := func(id string) []byte {
-		return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, url)
-	}
-	require.NoError(t, os.WriteFile(path, content("b0"), 0o600))
-	logger, logs := captureLogs()
-	g, ticks := watchGateway(t, path, gateway.WithLogger(logger))
-	tick := func(n int) { // as in TestWatchConfigMissingAndSameStampReplacement
-		for range n + 1 {
-			ticks <- time.Time{}
-		}
-	}
+	w := newWatchedFile(t)
+	g, dir, path, logs, content, tick := w.g, w.dir, w.path, w.logs, w.content, w.tick
 	count := func(msg string) int { return strings.Count(logs.String(), `"msg":"`+msg) }
 	tick(1)
 

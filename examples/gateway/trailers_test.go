@@ -53,12 +53,7 @@ func TestOwnTrailersRemoved(t *testing.T) {
 		} {
 			t.Run(client+" "+tc.name, func(t *testing.T) {
 				srv := serveGateway(t, client, be.URL)
-				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions?"+tc.query, strings.NewReader(`{"model":"m"}`))
-				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", "s1")
-				resp, err := srv.Client().Do(req)
-				require.NoError(t, err)
+				resp := postChat(t, srv, "?"+tc.query)
 				defer resp.Body.Close()
 				declared := slices.Sorted(func(yield func(string) bool) {
 					for k := range resp.Trailer {
@@ -67,7 +62,7 @@ func TestOwnTrailersRemoved(t *testing.T) {
 						}
 					}
 				})
-				_, err = io.ReadAll(resp.Body)
+				_, err := io.ReadAll(resp.Body)
 				require.NoError(t, err)
 				for k := range resp.Trailer {
 					assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-agent-serve-"), "trailer %s: %q", k, resp.Trailer[k])

@@ -20,22 +20,8 @@ import (
 // replacement renamed over it with the same size and modification time. (Before: silent
 // skips, and such a replacement was never loaded until a SIGHUP.)
 func TestWatchConfigMissingAndSameStampReplacement(t *testing.T) {
-	url := jsonBackends(t, 1)[0]
-	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.yaml")
-	content := func(id string) []byte {
-		return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, url)
-	}
-	require.NoError(t, os.WriteFile(path, content("b0"), 0o600))
-	logger, logs := captureLogs()
-	g, ticks := watchGateway(t, path, gateway.WithLogger(logger))
-	// tick sends n+1 ticks: the first n looks have finished when it returns (the last
-	// may still run, so each change below is one atomic step).
-	tick := func(n int) {
-		for range n + 1 {
-			ticks <- time.Time{}
-		}
-	}
+	w := newWatchedFile(t)
+	g, dir, path, logs, content, tick := w.g, w.dir, w.path, w.logs, w.content, w.tick
 	count := func(msg string) int { return strings.Count(logs.String(), `"msg":"`+msg) }
 	backend := func() string { return g.Config().Backends[0].ID }
 
@@ -93,6 +79,39 @@ func TestWatchConfigMissingAndSameStampReplacement(t *testing.T) {
 // watchGateway builds a gateway from the config file at path (opts added) and runs its
 // WatchConfig on the returned tick channel until the test ends, which checks that the
 // watch then returned nil.
+// watchedFile is a gateway whose configuration file path (in dir; one backend, b0, at
+// first) WatchConfig polls on ticks (watchGateway); logs holds its log lines.
+type watchedFile struct {
+	g              *gateway.Gateway
+	ticks          chan<- time.Time
+	dir, path, url string
+	logs           *syncBuffer
+}
+
+func newWatchedFile(t *testing.T) *watchedFile {
+	t.Helper()
+	w := &watchedFile{url: jsonBackends(t, 1)[0], dir: t.TempDir()}
+	w.path = filepath.Join(w.dir, "gateway.yaml")
+	require.NoError(t, os.WriteFile(w.path, w.content("b0"), 0o600))
+	logger, logs := captureLogs()
+	w.logs = logs
+	w.g, w.ticks = watchGateway(t, w.path, gateway.WithLogger(logger))
+	return w
+}
+
+// content is a configuration file with one backend, of ID id.
+func (w *watchedFile) content(id string) []byte {
+	return fmt.Appendf(nil, "listen: 127.0.0.1:0\nbackends:\n  - {id: %s, url: %q}\n", id, w.url)
+}
+
+// tick sends n+1 ticks: the first n looks have finished when it returns (the last may
+// still run, so each change between two calls is one atomic step).
+func (w *watchedFile) tick(n int) {
+	for range n + 1 {
+		w.ticks <- time.Time{}
+	}
+}
+
 func watchGateway(t *testing.T, path string, opts ...gateway.Option) (*gateway.Gateway, chan<- time.Time) {
 	t.Helper()
 	cfg, err := gateway.LoadConfig(path)
