@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,4 +194,39 @@ func TestListenerFailureDrains(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return")
 	}
+}
+
+// A JSON body copied through (inject_metadata off) that the drain's end cuts is cut
+// short for its client, as documented, and like a cut stream it is logged as the drain's
+// cut and counted client_closed. (Before: no log line, and counted 2xx: tester35.)
+func TestDrainCutCopiedBody(t *testing.T) {
+	const sent, length = 70000, 100000
+	waiting := make(chan struct{}, 1)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(length))
+		_, _ = io.WriteString(w, `{"id":"`+strings.Repeat("a", sent-7))
+		w.(http.Flusher).Flush()
+		waiting <- struct{}{}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(backend.Close)
+	logs := &records{}
+	g, addr, shutdown, done := drainGateway(t, backend.URL, "drain_seconds: 3600\ninject_metadata: false\n", logs)
+	r := <-postAsync(t, addr, `{"model":"m"}`)
+	require.NoError(t, r.err)
+	defer r.resp.Body.Close()
+	<-waiting
+	// The gateway is copying the body (all but what its response buffer may still hold).
+	_, err := io.ReadFull(r.resp.Body, make([]byte, sent-8<<10))
+	require.NoError(t, err)
+	shutdown()
+	g.EndDrain()
+	_, err = io.ReadAll(r.resp.Body)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut short")
+	awaitServe(t, done)
+	assert.Equal(t, 1, logs.count("request cut by the shutdown drain"))
+	assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
+	assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
 }

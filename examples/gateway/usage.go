@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -81,6 +82,9 @@ func (b *leaseBody) Read(p []byte) (n int, err error) {
 			b.mu.Lock()
 			b.err = err
 			b.mu.Unlock()
+			if errors.Is(err, errDrainCut) { // a body copied through, cut by the drain's end
+				b.st.ow.shut = true // logged as the drain's cut, counted client_closed (route.go)
+			}
 		}
 		b.finish()
 	}
