@@ -13,11 +13,13 @@ import (
 //
 // Decision: refuse, not clean. An LLM API client (the OpenAI and Anthropic SDKs, vLLM's
 // clients, coding agents) builds fixed paths such as /v1/chat/completions and never
-// sends a dot segment, so a refusal costs no real client anything. It does send an
+// sends a dot segment (but see relative model IDs below). It does send an
 // encoded slash: the SDKs' models.retrieve("meta-llama/Llama-3.1-8B-Instruct") asks for
 // GET /v1/models/meta-llama%2FLlama-3.1-8B-Instruct (tester34; Hugging Face-style model
 // IDs are the norm on vLLM), so %2F passes, forwarded as sent, and counts as a slash for
-// the dot-segment rule: whichever hop decodes it, no ".." segment appears.
+// the dot-segment rule: whichever hop decodes it, no ".." segment appears. The one ID
+// so refused is a relative path ("./models/llama", vLLM's default ID for `vllm serve
+// ./models/llama`): serve it under --served-model-name (docs/gateway.md).
 // Cleaning instead would make the gateway one more hop with its own reading of the
 // path: removing dot segments before or after percent-decoding, treating %2F and \ as
 // separators or not, gives different paths, and a proxy that cleans one way in front of

@@ -207,7 +207,8 @@ func TestCheckPath(t *testing.T) {
 		{"", true}, {"/", true}, {"//", true}, {"/v1/chat/completions", true},
 		{".", false}, {"..", false}, {"/.", false}, {"/..", false}, {"./x", false}, {"/a/./b", false},
 		{"/%2e", false}, {"/%2E%2e/", false}, {"/%2e%2e%2e", true}, {"/a%2f", true}, {"/a%2f..", false}, {"/..%2Fa", false},
-		{"/%2e%2e%2fadmin", false}, {"/a%2F.%2Fb", false}, {"/a%2F...", true}, {"/v1/models/org%2Fmodel-1.5", true}, {"/a%5C", false}, {`/a\`, false},
+		{"/%2e%2e%2fadmin", false}, {"/a%2F.%2Fb", false}, {"/a%2F...", true}, {"/v1/models/org%2Fmodel-1.5", true},
+		{"/v1/models/.%2Fmodels%2Fllama", false}, // a relative model ID (docs/gateway.md, Request paths) {"/a%5C", false}, {`/a\`, false},
 		{"/..;/x", true}, {"/a%7c%7Cb", true}, {"/a-b_c.d~e!$&'()*+,;=:@", true}, {"/%00", true},
 		// no leading slash (asterisk-form, authority-form, a bare name)
 		{"*", false}, {"127.0.0.1:41001", false}, {"v1/models", false},
