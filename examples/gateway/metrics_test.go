@@ -83,7 +83,9 @@ func TestReloadMetricsAndTenant(t *testing.T) {
 	g, _ := testGateway(t, "")
 	cfg := g.Config()
 	cfg.Metrics.Exporter = gateway.ExporterOTel
-	assert.ErrorIs(t, g.Reload(cfg), gateway.ErrReloadNeedsRestart)
+	err := g.Reload(cfg)
+	assert.ErrorIs(t, err, gateway.ErrReloadNeedsRestart)
+	assert.ErrorContains(t, err, `metrics.exporter "prometheus" -> "otel"`, "the omitted key shows its default")
 
 	hdr := func(key string) map[string]string {
 		return map[string]string{"Authorization": "Bearer " + key, "X-Session-ID": "s"}

@@ -123,7 +123,8 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		return fmt.Errorf("%w: admin_listen %q -> %q", ErrReloadNeedsRestart, old.cfg.AdminListen, cfg.AdminListen)
 	}
 	if cfg.Metrics != old.cfg.Metrics {
-		return fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart, old.cfg.Metrics.Exporter, cfg.Metrics.Exporter)
+		return fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart,
+			orDefault(old.cfg.Metrics.Exporter, ExporterPrometheus), orDefault(cfg.Metrics.Exporter, ExporterPrometheus))
 	}
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return err

@@ -252,7 +252,8 @@ func (g *Gateway) Close() {
 // setting the listener, the http.Server or the backend transport were built with.
 func restartOnly(old, next Config) error {
 	if isDirect(old.BackendClient) != isDirect(next.BackendClient) {
-		return fmt.Errorf("%w: backend_client %q -> %q", ErrReloadNeedsRestart, old.BackendClient, next.BackendClient)
+		return fmt.Errorf("%w: backend_client %q -> %q", ErrReloadNeedsRestart,
+			orDefault(old.BackendClient, BackendClientDirect), orDefault(next.BackendClient, BackendClientDirect))
 	}
 	for _, f := range []struct {
 		name      string

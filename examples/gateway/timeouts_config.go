@@ -92,8 +92,12 @@ func (t TimeoutsConfig) validate() error {
 	return nil
 }
 
-func orDefault(v, def float64) float64 {
-	if v == 0 {
+// orDefault is v, or def (the value a key takes when omitted) when v is the zero value:
+// for defaults, and for what an error message shows for an unset key (tester35:
+// `backend_client "" -> "nethttp"`).
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
 		return def
 	}
 	return v
