@@ -118,17 +118,10 @@ func run(args []string, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				logger.Info("SIGHUP: reloading config", "path", *configPath)
-				_ = g.ReloadFileFor(*configPath, gateway.TriggerSIGHUP, override) // logs the outcome
-			}
-		}
-	}()
+	go reloadOnSignals(ctx, hup, ended, func() {
+		logger.Info("SIGHUP: reloading config", "path", *configPath)
+		_ = g.ReloadFileFor(*configPath, gateway.TriggerSIGHUP, override) // logs the outcome
+	}, logger)
 	if *watch > 0 {
 		t := time.NewTicker(*watch)
 		defer t.Stop()
@@ -165,6 +158,24 @@ func shutdownOnSignals(term <-chan os.Signal, ended <-chan struct{}, stop, endDr
 			logger.Warn("second signal: ending the drain now", "signal", sig.String())
 			endDrain()
 			return
+		}
+	}
+}
+
+// reloadOnSignals calls reload for each signal from hup until the serving context ctx is
+// done (the shutdown drain began); a SIGHUP after that is logged as ignored, not applied
+// (tester33: it was ignored without a word). It returns when ended is closed.
+func reloadOnSignals(ctx context.Context, hup <-chan os.Signal, ended <-chan struct{}, reload func(), logger *slog.Logger) {
+	for {
+		select {
+		case <-ended:
+			return
+		case <-hup:
+			if ctx.Err() != nil {
+				logger.Info("SIGHUP ignored: the gateway is shutting down")
+				continue
+			}
+			reload()
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -54,4 +56,33 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// A SIGHUP reloads while the gateway serves; once the drain began (the serving context is
+// done) it is logged as ignored and reloads nothing. (Before: silently ignored, tester33.)
+func TestReloadOnSignals(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	hup, ended, returned := make(chan os.Signal), make(chan struct{}), make(chan struct{})
+	reloaded := make(chan struct{}, 3) // buffered: a wrong reload during the drain does not block
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	go func() {
+		defer close(returned)
+		reloadOnSignals(ctx, hup, ended, func() { reloaded <- struct{}{} }, logger)
+	}()
+	for range 2 {
+		hup <- syscall.SIGHUP
+		<-reloaded
+	}
+	stop() // the drain begins
+	hup <- syscall.SIGHUP
+	close(ended)
+	<-returned // the last SIGHUP was handled: ended is looked at only between signals
+	select {
+	case <-reloaded:
+		t.Fatal("a SIGHUP during the drain reloaded")
+	default:
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "SIGHUP ignored: the gateway is shutting down"))
 }
