@@ -28,9 +28,9 @@ const (
 
 // shutdownDrain is the state of [Gateway.Serve]'s shutdown drain: whether it has ended
 // (requests still running then were cut by it), the request to end it early
-// ([Gateway.EndDrain]), the backend attempts running and the event streams being
-// forwarded (both cut at its end with errDrainCut, see cutAll) and the count of Serve's
-// handlers running (waited for before Serve returns). New makes endCh and idle. Safe for concurrent use.
+// ([Gateway.EndDrain]), the backend attempts running — an event stream's among them —
+// (cut at its end with errDrainCut, see cutAll) and the count of Serve's handlers
+// running (waited for before Serve returns). New makes endCh and idle. Safe for concurrent use.
 type shutdownDrain struct {
 	cut     atomic.Bool // the drain is over: the remaining connections are being closed
 	endOnce sync.Once
@@ -38,7 +38,6 @@ type shutdownDrain struct {
 
 	mu       sync.Mutex
 	attempts map[*attemptTimer]struct{} // attempts running: from their request to their body's close (attempt)
-	streams  map[*leaseBody]struct{}    // event streams being forwarded (wrapLease)
 	cutting  bool                       // they were cut: one tracked from now on is cut at once
 
 	running atomic.Int64  // Serve's handlers running (counted)
@@ -74,47 +73,18 @@ func (d *shutdownDrain) untrackAttempt(at *attemptTimer) {
 	d.mu.Unlock()
 }
 
-// track records b, an event stream being forwarded whose attempt b.end.cancel cancels,
-// until untrack; after the drain's end (cutAll) it cuts b at once instead. One lock.
-func (d *shutdownDrain) track(b *leaseBody) {
-	d.mu.Lock()
-	if d.cutting {
-		d.mu.Unlock()
-		b.end.cancel(errDrainCut)
-		return
-	}
-	if d.streams == nil {
-		d.streams = make(map[*leaseBody]struct{})
-	}
-	d.streams[b] = struct{}{}
-	b.end.drain = d
-	d.mu.Unlock()
-}
-
-// untrack forgets b (its body was closed: the stream is over). One lock.
-func (d *shutdownDrain) untrack(b *leaseBody) {
-	b.end.drain = nil
-	d.mu.Lock()
-	delete(d.streams, b)
-	d.mu.Unlock()
-}
-
 // cutAll cancels, with errDrainCut, every attempt still running: one waiting for its
 // response headers, or whose JSON body the gateway is reading whole (inject_metadata),
 // answers a 503 "shutdown" (proxyError); an event stream writes its error event and
-// ends; a body being copied through is cut. It makes track and trackAttempt cut what
-// they are given from now on. It returns how many attempts and streams it cut.
-func (d *shutdownDrain) cutAll() (attempts, streams int) {
+// ends (streamerr.go); a body being copied through is cut. trackAttempt cuts what it is
+// given from now on.
+func (d *shutdownDrain) cutAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.cutting = true
 	for at := range d.attempts {
 		at.cancel(errDrainCut)
 	}
-	for b := range d.streams {
-		b.end.cancel(errDrainCut)
-	}
-	return len(d.attempts), len(d.streams)
 }
 
 // counted returns h counting its calls in d.running while they run.

@@ -91,7 +91,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	if !st.rt.cfg.injectMetadata() || !injectable(resp) || !g.reserve(st, injectCost(resp)) {
-		wrapLease(st, resp, nil, &g.drain)
+		wrapLease(st, resp, nil)
 		st.handOver(resp)
 		return nil // not JSON, or over the in-flight byte budget: pass through unbuffered
 	}
@@ -103,7 +103,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(data), resp.Body), resp.Body}
-		wrapLease(st, resp, nil, &g.drain)
+		wrapLease(st, resp, nil)
 		st.handOver(resp)
 		return nil
 	}
@@ -139,7 +139,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	pb.buf, pb.pool = out, pool
 	pb.r.Reset(out)
 	resp.Body = pb
-	wrapLease(st, resp, &u, &g.drain)
+	wrapLease(st, resp, &u)
 	if !trailers {
 		resp.ContentLength = int64(len(out))
 		resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))

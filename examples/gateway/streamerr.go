@@ -49,15 +49,12 @@ import (
 var errDrainCut = errors.New("gateway: cut at the end of the shutdown drain")
 
 // streamEnd is the state a leaseBody keeps to end an event stream with the error event.
-// Used by the goroutine copying the response only, but for tracked, which the drain
-// reads under its lock.
+// Used by the goroutine copying the response only.
 type streamEnd struct {
-	on      bool                    // an event stream of unknown length: a cut gets the event
-	tail    sseTail                 // where the bytes forwarded so far end
-	cancel  context.CancelCauseFunc // the attempt's: the drain cuts with it (nil: not cut by the drain)
-	drain   *shutdownDrain          // where the stream is tracked (nil: not tracked)
-	pending []byte                  // the rest of the event, not returned yet
-	err     error                   // the read error returned after the event (nil: no event owed)
+	on      bool    // an event stream of unknown length: a cut gets the event
+	tail    sseTail // where the bytes forwarded so far end
+	pending []byte  // the rest of the event, not returned yet
+	err     error   // the read error returned after the event (nil: no event owed)
 }
 
 // sseTail tracks where the bytes of an event stream forwarded so far end: inside a line,

@@ -189,22 +189,19 @@ func (b *leaseBody) usage() usage {
 	return b.u
 }
 
-// Close closes the backend body and releases the lease; an event stream the drain
-// tracks is no longer tracked.
+// Close closes the backend body (ending the attempt's tracking by the drain: idleBody)
+// and releases the lease.
 func (b *leaseBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.finish()
-	if d := b.end.drain; d != nil {
-		d.untrack(b)
-	}
 	return err
 }
 
 // wrapLease installs the lease-releasing body on resp (u: the usage of the JSON body
 // when the gateway has already read it, else nil). An event stream of unknown length
-// gets the error event if it is cut (streamerr.go) and is tracked by d, which cuts it
-// at the end of the shutdown drain (nil: not tracked).
-func wrapLease(st *route, resp *http.Response, u *usage, d *shutdownDrain) {
+// gets the error event if it is cut (streamerr.go), the end of the shutdown drain
+// included: the drain cuts its attempt (trackAttempt).
+func wrapLease(st *route, resp *http.Response, u *usage) {
 	mt, _ := mediaType(resp.Header.Get("Content-Type"))
 	b := &st.lb // one per request: modifyResponse runs once
 	b.ReadCloser, b.st, b.sse, b.api = resp.Body, st, mt == "text/event-stream", st.usageAPI()
@@ -220,10 +217,6 @@ func wrapLease(st *route, resp *http.Response, u *usage, d *shutdownDrain) {
 	}
 	if b.sse && resp.ContentLength < 0 {
 		b.end.on = true
-		if ib, ok := b.ReadCloser.(*idleBody); ok && d != nil {
-			b.end.cancel = ib.cancel
-			d.track(b)
-		}
 	}
 	resp.Body = b
 }
