@@ -138,18 +138,23 @@ func (b *backendLoad) withReported(p *loadParams, l int64) int64 {
 }
 
 // loadTable maps backend IDs (by their hrw node hash, already well mixed) to their load:
-// an immutable open-addressing index (linear probing, at most half full) replaced
-// copy-on-write when a backend is first seen, so lookups take no lock and cost a probe or
-// two. Entries are never removed: memory is O(distinct backend IDs ever seen).
+// an open-addressing index (linear probing, at most half full) whose slots are written
+// once, in place, under mu, and read without a lock: a new backend's load is stored in its
+// slot before the slot's key, so a reader that sees the key sees the load. When an insert
+// would make the index more than half full, a copy twice the size replaces it (published
+// through idx; readers of the old one still find every backend it held). Inserting n
+// backends costs O(n) amortized (before, every first sight copied the whole index:
+// O(n²), 2 s for the first Acquire over 8,000 new candidates). Entries are never removed:
+// memory is O(distinct backend IDs ever seen).
 type loadTable struct {
 	idx atomic.Pointer[loadIndex]
 	mu  sync.Mutex // serializes writers
 }
 
 type loadIndex struct {
-	keys []uint64 // node hash, 0 = empty (a real ID never hashes to 0 here: see slotHash)
-	vals []*backendLoad
-	n    int
+	keys []atomic.Uint64 // node hash, 0 = empty (a real ID never hashes to 0 here: see slotHash)
+	vals []atomic.Pointer[backendLoad]
+	n    int // slots in use; written under loadTable.mu only
 }
 
 // slotHash maps a node hash to a non-zero key.
@@ -161,26 +166,29 @@ func (x *loadIndex) find(id string, h uint64) *backendLoad {
 	}
 	mask := uint64(len(x.keys) - 1)
 	for p := h & mask; ; p = (p + 1) & mask {
-		switch x.keys[p] {
+		switch x.keys[p].Load() {
 		case 0:
 			return nil
 		case h:
 			// The same Backend values are passed on every call: their ID strings share
 			// the stored one's bytes, so the pointer test usually settles it.
-			if v := x.vals[p]; len(v.id) == len(id) && (unsafe.StringData(v.id) == unsafe.StringData(id) || v.id == id) {
+			if v := x.vals[p].Load(); len(v.id) == len(id) && (unsafe.StringData(v.id) == unsafe.StringData(id) || v.id == id) {
 				return v
 			}
 		}
 	}
 }
 
+// put stores b under key h in a free slot: the value first, then the key (see
+// loadTable). The caller holds loadTable.mu and has made room (n+1 <= half the slots).
 func (x *loadIndex) put(h uint64, b *backendLoad) {
 	mask := uint64(len(x.keys) - 1)
 	p := h & mask
-	for x.keys[p] != 0 {
+	for x.keys[p].Load() != 0 {
 		p = (p + 1) & mask
 	}
-	x.keys[p], x.vals[p] = h, b
+	x.vals[p].Store(b)
+	x.keys[p].Store(h)
 	x.n++
 }
 
@@ -201,30 +209,30 @@ func (t *loadTable) lookup(id string) *backendLoad {
 func (t *loadTable) add(id string, h uint64) *backendLoad {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.idx.Load()
-	if b := old.find(id, h); b != nil {
+	x := t.idx.Load()
+	if b := x.find(id, h); b != nil {
 		return b
 	}
-	size, n := 16, 0
-	if old != nil {
-		size, n = len(old.keys), old.n
-	}
-	for 2*(n+1) > size {
-		size *= 2
-	}
-	x := &loadIndex{keys: make([]uint64, size), vals: make([]*backendLoad, size)}
-	if old != nil {
-		for p, k := range old.keys {
-			if k != 0 {
-				x.put(k, old.vals[p])
+	if x == nil || 2*(x.n+1) > len(x.keys) {
+		size := 16
+		if x != nil {
+			size = 2 * len(x.keys)
+		}
+		grown := &loadIndex{keys: make([]atomic.Uint64, size), vals: make([]atomic.Pointer[backendLoad], size)}
+		if x != nil {
+			for p := range x.keys {
+				if k := x.keys[p].Load(); k != 0 {
+					grown.put(k, x.vals[p].Load())
+				}
 			}
 		}
+		t.idx.Store(grown) // complete before it is published: readers see every backend
+		x = grown
 	}
 	// Not cloned: the ID of a Backend is its caller's string, and keeping that very
 	// string lets later lookups compare pointers (IDs are short; pinning is harmless).
 	b := &backendLoad{id: id}
 	x.put(h, b)
-	t.idx.Store(x)
 	return b
 }
 
