@@ -34,7 +34,7 @@ const (
 )
 
 // Config is the plain-data configuration of a [Scheduler] (and a [Table]), validated once
-// by [New]. Its yaml/json keys are the ones in the project's DESIGN.md. The zero value is
+// by [New]. Its yaml/json keys are the README's (section "Configuration"). The zero value is
 // valid and means: TTL 1800 s, 1,048,576 bindings, 256-byte session IDs, no tier overrides.
 type Config struct {
 	// StickyTTLSeconds is the sliding TTL of a binding in seconds. nil (key omitted) means

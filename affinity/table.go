@@ -33,7 +33,9 @@ import (
 // Bind and Delete remove them without counting.
 //
 // All methods are safe for concurrent use. Table methods count only evictions and
-// expirations; hits, misses and broken bindings are counted by the Scheduler.
+// expirations; hits, misses and broken bindings are counted by the Scheduler. Make one
+// with [NewTable]: the zero Table and a nil *Table are not usable (some methods panic,
+// the others refuse every key: Bind's ErrSessionIDTooLong then says "max 0").
 type Table struct {
 	shards    []shard
 	shift     uint    // shard = keyHash >> shift

@@ -47,8 +47,9 @@ type Params struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-// DefaultParams reproduce the reference study of DESIGN.md: 3 backends, concurrency 6,
-// a 3 KB system prompt, 12 sessions x 6 turns vs 72 single-turn sessions.
+// DefaultParams reproduce the project's reference load study (README, "The two
+// commands"): 3 backends, concurrency 6, a 3 KB system prompt, 12 sessions x 6 turns vs
+// 72 single-turn sessions.
 func DefaultParams() Params {
 	return Params{
 		Backends:    3,

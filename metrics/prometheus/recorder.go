@@ -10,7 +10,8 @@ import (
 	"github.com/agentserve/sessionaffinity/metrics"
 )
 
-// Metric names, exactly as in DESIGN.md. Dashboards and alerts may rely on them.
+// Metric names, exactly as the README's "Metrics" section lists them. Dashboards and
+// alerts may rely on them.
 const (
 	MetricHits      = "agentserve_affinity_hits_total"      // counter {tier}
 	MetricMisses    = "agentserve_affinity_misses_total"    // counter {tier}
@@ -102,7 +103,7 @@ func WithMaxTiers(n int) Option {
 }
 
 // Recorder is a [metrics.Recorder] that exports the Scheduler's events as the Prometheus
-// series of DESIGN.md on a caller-given registerer. Create it with [New].
+// series the README's "Metrics" section lists, on a caller-given registerer. Create it with [New].
 //
 // All methods are safe for concurrent use and never block on I/O. For a tier already
 // seen, Hit, Miss, Broken and Evicted cost one lock-free map lookup plus one atomic add
