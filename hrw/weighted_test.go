@@ -178,3 +178,44 @@ func TestKeyedNearTies(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroNodeAmongWeighted puts zero Nodes (and nodes of weight 0) among 1 to 60 nodes
+// of varied weights: Pick matches the naive reference, the keyed selection's first pass
+// never makes a zero Node its winner (its stored inverse weight is +0, see minKey), and
+// the keyed selection still proves most winners with two or more live nodes.
+func TestZeroNodeAmongWeighted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 3))
+	for _, n := range []int{1, 2, 7, 8, 60} {
+		for _, zeros := range []int{1, 3} {
+			t.Run(fmt.Sprintf("live=%d/zeros=%d", n, zeros), func(t *testing.T) {
+				proven := 0
+				const trials = 300
+				for trial := range trials {
+					nodes := make([]hrw.Node, 0, n+zeros+1)
+					for i := range n {
+						nodes = append(nodes, mustNode(t, fmt.Sprintf("b%d", i), 0.5+3.5*rng.Float64()))
+					}
+					for range zeros {
+						at := rng.IntN(len(nodes) + 1)
+						nodes = append(nodes[:at], append([]hrw.Node{{}}, nodes[at:]...)...)
+					}
+					if trial%2 == 1 {
+						nodes = append(nodes, mustNode(t, "w0", 0))
+					}
+					kh := rng.Uint64()
+					want := refPick(kh, nodes)
+					require.Equal(t, want, hrw.Pick(kh, nodes), "trial %d", trial)
+					first := hrw.KeyedFirst(kh, nodes)
+					require.Positive(t, nodes[first].Weight(), "trial %d: first pass chose a node of weight 0", trial)
+					if got, ok := hrw.PickKeyed(kh, nodes, false); ok {
+						require.Equal(t, want, got, "trial %d", trial)
+						proven++
+					}
+				}
+				if n >= 2 {
+					require.Greater(t, proven, trials*3/4, "the keyed selection should prove most winners")
+				}
+			})
+		}
+	}
+}
