@@ -142,7 +142,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	wrapLease(st, resp, &u)
 	if !trailers {
 		resp.ContentLength = int64(len(out))
-		resp.Header["Content-Length"] = st.headerSlot(slotContentLength, strconv.Itoa(len(out)))
+		replaceField(resp.Header, "Content-Length", st.headerSlot(slotContentLength, strconv.Itoa(len(out))))
 		resp.TransferEncoding = nil
 	}
 	st.handOver(resp)
