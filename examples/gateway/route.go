@@ -146,7 +146,8 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	st.backend, st.hit = b, hit
 
 	st.ctx = routeCtx{Context: r.Context(), st: st}
-	out := r.WithContext(&st.ctx)
+	st.out = *r.WithContext(&st.ctx) // inlined: the copy WithContext makes stays on the stack
+	out := &st.out
 	out.TransferEncoding = nil
 	out.ContentLength = int64(len(body))
 	if len(body) == 0 {
@@ -225,11 +226,13 @@ type route struct {
 	placed   bool            // the current lease came from Acquire, not LeaseBackend (forgetNewBinding)
 
 	// Per-request objects kept here to save an allocation each: the request context
-	// that carries the route, the response writer wrapper, the bodies modifyResponse
-	// installs (at most one of each per request) and the values of the headers rewrite
-	// and modifyResponse set (slices of length and capacity 1 into hdr: an append by
-	// anyone copies; indexes: the slot constants).
+	// that carries the route, the copy of the client's request that carries it to the
+	// ReverseProxy, the response writer wrapper, the bodies modifyResponse installs (at
+	// most one of each per request) and the values of the headers rewrite and
+	// modifyResponse set (slices of length and capacity 1 into hdr: an append by anyone
+	// copies; indexes: the slot constants).
 	ctx routeCtx
+	out http.Request
 	ow  outcomeWriter
 	pb  pooledBody
 	lb  leaseBody
