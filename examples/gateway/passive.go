@@ -74,12 +74,9 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		out := req.Clone(req.Context())
 		out.URL = cloneURL(st.in)
 		(&httputil.ProxyRequest{In: st.in, Out: out}).SetURL(target.url)
-		if req.GetBody != nil {
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return nil, err
-			}
-			out.Body = body
+		if req.ContentLength > 0 { // the route's body, read in full (GetBody may not be set: ServeHTTP)
+			out.Body, _ = st.getBody()
+			out.GetBody = st.getBody
 		}
 		req = out
 	}

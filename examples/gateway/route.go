@@ -154,7 +154,11 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		out.Body, out.GetBody = http.NoBody, nil
 	} else {
 		out.Body = bodyInRewrite{} // rewrite gives the outgoing request its own reader
-		out.GetBody = st.getBody
+		if !g.directHop(b, r) {
+			// For net/http.Transport, which rewinds the body with it for a retry of its own;
+			// the direct client never does, and a retry of the gateway's reads st itself.
+			out.GetBody = st.getBody // a method value: an allocation
+		}
 	}
 	w.copying = true
 	g.proxy.ServeHTTP(w, out) // panics with http.ErrAbortHandler when a response is cut
@@ -163,6 +167,15 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		stripSentOwnTrailers(w.Header()) // ownheaders.go
 	}
 	st.release(usage{}, out.Context().Err()) // no-op if the response body released it (lease.go)
+}
+
+// directHop reports whether the direct client itself sends a request r to b, without
+// handing it to its net/http.Transport fallback (an https backend, an Upgrade header:
+// directTransport.roundTrip's test, taken before httputil.ReverseProxy drops an Upgrade
+// the Connection field does not name).
+func (g *Gateway) directHop(b *backend, r *http.Request) bool {
+	_, ok := g.base.(*directTransport)
+	return ok && b.url.Scheme == "http" && len(r.Header["Upgrade"]) == 0
 }
 
 // getBody replays the request body for a retry (http.Request.GetBody). It reads st.body,

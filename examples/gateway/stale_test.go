@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -82,6 +83,53 @@ func TestRespondedConnIsNotStale(t *testing.T) {
 			assert.NotEqual(t, bound, from, "not replayed on the backend that answered")
 			assert.Equal(t, 1, hints, "the failed attempt's 103 reaches the client once")
 			assert.Equal(t, []string{bound}, g.PassivelyDown(), "the failure counts")
+		})
+	}
+}
+
+// A request replayed after a stale keep-alive connection (here a POST with an
+// Idempotency-Key, written before the backend closed the connection) carries its whole
+// body again, with both backend clients. (The direct client's requests carry no
+// GetBody: the retry reads the body from the request's route.)
+func TestStaleRetryReplaysBody(t *testing.T) {
+	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
+		t.Run(client, func(t *testing.T) {
+			bodies := make(chan string, 8)
+			url := rawServer(t, func(c net.Conn) {
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					b, _ := io.ReadAll(req.Body)
+					bodies <- string(b)
+					if n > 0 {
+						return // the second request on a connection: closed unanswered
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			srv := serveGateway(t, client, url)
+			post := func(body string) int {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Session-ID", "s1")
+				req.Header.Set("Idempotency-Key", "k1")
+				resp, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return resp.StatusCode
+			}
+			first, second := `{"model":"m","n":1}`, `{"model":"m","n":2,"messages":[]}`
+			require.Equal(t, http.StatusOK, post(first))
+			require.Equal(t, http.StatusOK, post(second)) // stale connection, then a fresh one
+			require.Len(t, bodies, 3)
+			assert.Equal(t, first, <-bodies)
+			assert.Equal(t, second, <-bodies, "the attempt on the stale connection")
+			assert.Equal(t, second, <-bodies, "the replay")
 		})
 	}
 }
