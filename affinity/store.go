@@ -134,7 +134,8 @@ func WithStore(st Store) Option { return optionFunc(func(o *options) { o.store.s
 
 // WithStoreTimeouts sets the bound of each store call on the miss path (0: 50 ms,
 // [DefaultStoreTimeout]) and how long the store is skipped after an error (0: 1 s,
-// [DefaultStoreRetryAfter]). Negative values make New fail with ErrInvalidConfig.
+// [DefaultStoreRetryAfter]). Negative values make New and NewTable fail with
+// ErrInvalidConfig, also without WithStore (where the values are unused).
 func WithStoreTimeouts(timeout, retryAfter time.Duration) Option {
 	return optionFunc(func(o *options) { o.store.timeout, o.store.retryAfter = timeout, retryAfter })
 }
@@ -149,13 +150,24 @@ type storeState struct {
 	srec       metrics.StoreRecorder // nil: the Recorder does not count store errors
 }
 
+// validateStoreTimeouts refuses negative WithStoreTimeouts values, with or without a
+// store (and in NewTable, which ignores the store): a negative duration is a caller's
+// bug whether or not it is used yet, and failing only once WithStore is added would hide
+// it until then.
+func validateStoreTimeouts(o options) error {
+	if so := o.store; so.timeout < 0 || so.retryAfter < 0 {
+		return fmt.Errorf("%w: store timeouts: %v, %v must not be negative", ErrInvalidConfig, so.timeout, so.retryAfter)
+	}
+	return nil
+}
+
 func newStoreState(o options) (*storeState, error) {
+	if err := validateStoreTimeouts(o); err != nil {
+		return nil, err
+	}
 	so := o.store
 	if so.st == nil {
 		return nil, nil
-	}
-	if so.timeout < 0 || so.retryAfter < 0 {
-		return nil, fmt.Errorf("%w: store timeouts: %v, %v must not be negative", ErrInvalidConfig, so.timeout, so.retryAfter)
 	}
 	ss := &storeState{st: so.st, timeout: so.timeout, retryAfter: int64(so.retryAfter)}
 	ss.skipUntil.Store(-1) // below every clock reading: no refresh is due from it (refreshDue)

@@ -125,9 +125,34 @@ func TestStoreErrorFallsBack(t *testing.T) {
 	require.Equal(t, 2, st.claims, "retried after the interval")
 }
 
+// Negative store timeouts are refused with or without a store, by New and by NewTable
+// (tester36: without WithStore New and NewTable used to accept them).
 func TestWithStoreTimeoutsInvalid(t *testing.T) {
-	_, err := affinity.New(affinity.Config{}, affinity.WithStore(newMemStore()), affinity.WithStoreTimeouts(-time.Second, 0))
-	require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+	for _, tc := range []struct {
+		name              string
+		timeout, retryAft time.Duration
+		withStore         bool
+	}{
+		{"timeout, with store", -time.Second, 0, true},
+		{"retry, with store", 0, -1, true},
+		{"timeout, no store", -1, 0, false},
+		{"both, no store", -1, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []affinity.Option{affinity.WithStoreTimeouts(tc.timeout, tc.retryAft)}
+			if tc.withStore {
+				opts = append(opts, affinity.WithStore(newMemStore()))
+			}
+			s, err := affinity.New(affinity.Config{}, opts...)
+			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+			require.Nil(t, s)
+			tb, err := affinity.NewTable(affinity.Config{}, opts...)
+			require.ErrorIs(t, err, affinity.ErrInvalidConfig)
+			require.Nil(t, tb)
+		})
+	}
+	_, err := affinity.New(affinity.Config{}, affinity.WithStoreTimeouts(0, 0))
+	require.NoError(t, err, "zero values are the defaults")
 }
 
 // Two Schedulers on one store: a rebind by one is adopted by the other, whose copy the

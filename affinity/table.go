@@ -53,13 +53,18 @@ type Table struct {
 
 // NewTable validates cfg (see [Config]) and returns an empty table; errors wrap
 // ErrInvalidConfig and name the field. Of the options only WithClock and WithRecorder
-// (Evicted events) apply; nil options are ignored. Cost: O(shards) small allocations.
+// (Evicted events) apply; nil options are ignored, and negative WithStoreTimeouts
+// values are refused as by New. Cost: O(shards) small allocations.
 func NewTable(cfg Config, opts ...Option) (*Table, error) {
 	r, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
-	return newTable(r, collect(opts)), nil
+	o := collect(opts)
+	if err := validateStoreTimeouts(o); err != nil {
+		return nil, err
+	}
+	return newTable(r, o), nil
 }
 
 func collect(opts []Option) options {
