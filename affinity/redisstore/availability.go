@@ -56,7 +56,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	err := s.client.Ping(ctx).Err()
 	s.observe("ping", err, since)
 	if keys := rejection(err); keys != "" {
-		return fmt.Errorf("%w: %w: %s (%s): %w", ErrInvalidConfig, ErrRejected, keys, s.cfg.Address, err)
+		return configErr([]error{ErrRejected}, keys+" ("+s.cfg.Address+")", err)
 	}
 	return err
 }

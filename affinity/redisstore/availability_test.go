@@ -61,6 +61,8 @@ func TestPing(t *testing.T) {
 			require.ErrorIs(t, err, redisstore.ErrRejected)
 			require.ErrorIs(t, err, redisstore.ErrInvalidConfig)
 			require.Contains(t, err.Error(), tc.keys)
+			require.Equal(t, 1, strings.Count(err.Error(), "redisstore:"), err.Error())
+			require.ErrorAs(t, err, new(redis.Error), "Redis's reply is wrapped")
 		})
 	}
 	unreachable := map[string]func(*testing.T) string{

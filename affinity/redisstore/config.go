@@ -104,8 +104,44 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// configError is a configuration error that wraps several sentinels (ErrInvalidConfig,
+// its kind, maybe a cause) but says "redisstore: " once: fmt.Errorf's %w would repeat
+// each sentinel's prefix ("redisstore: invalid config: redisstore: bad address: ...").
+type configError struct {
+	msg  string
+	errs []error
+}
+
+func (e *configError) Error() string   { return e.msg }
+func (e *configError) Unwrap() []error { return e.errs }
+
+// configErr returns an error wrapping ErrInvalidConfig, each of kinds and cause (nil:
+// none), whose text is "redisstore: invalid config: ", each kind's text without its
+// "redisstore: " prefix, then detail and the cause's text.
+func configErr(kinds []error, detail string, cause error) error {
+	var b strings.Builder
+	b.WriteString(ErrInvalidConfig.Error())
+	errs := []error{ErrInvalidConfig}
+	for _, k := range kinds {
+		if k == ErrInvalidConfig {
+			continue
+		}
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(k.Error(), "redisstore: "))
+		errs = append(errs, k)
+	}
+	b.WriteString(": ")
+	b.WriteString(detail)
+	if cause != nil {
+		b.WriteString(": ")
+		b.WriteString(cause.Error())
+		errs = append(errs, cause)
+	}
+	return &configError{msg: b.String(), errs: errs}
+}
+
 func invalid(kind error, key string, format string, args ...any) error {
-	return fmt.Errorf("%w: %w: %s: %s", ErrInvalidConfig, kind, key, fmt.Sprintf(format, args...))
+	return configErr([]error{kind}, key+": "+fmt.Sprintf(format, args...), nil)
 }
 
 // Validate reports the first invalid field (after defaults) as an error wrapping

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,6 +50,9 @@ func TestConfigValidate(t *testing.T) {
 			}
 			require.ErrorIs(t, err, redisstore.ErrInvalidConfig)
 			require.ErrorIs(t, err, tc.want)
+			// The package's prefix once, not once per wrapped sentinel (tester36).
+			require.Equal(t, 1, strings.Count(err.Error(), "redisstore:"), err.Error())
+			require.Equal(t, 1, strings.Count(err.Error(), "invalid config"), err.Error())
 			_, err = redisstore.New(tc.cfg)
 			require.True(t, errors.Is(err, tc.want), "New: %v", err)
 		})
