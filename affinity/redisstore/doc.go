@@ -61,10 +61,20 @@
 // tier>, for example "sessionaffinity:{a171103fd7ab6328}:2d06800538d394c2" (session "sess-1", default tier). The braces are a
 // Redis Cluster hash tag: all tiers of a session share a slot. Values: the backend ID.
 // A value read back is trusted only as far as it names one of the Scheduler's candidates:
-// one that names none (a backend gone, or no backend ID at all: empty, or over
-// affinity.MaxBackendIDBytes, written by another program) is never stored in a replica's
-// table; a miss moves the key to the HRW winner by compare-and-set, and a refresh that
-// finds it drops the replica's local copy.
+// one that names none (a backend gone, or no backend ID at all, e.g. empty) is never
+// stored in a replica's table; a miss moves the key to the HRW winner by compare-and-set,
+// and a refresh that finds it drops the replica's local copy. A key that holds no binding
+// record at all — a value of another type (a hash, a list, written under the prefix by
+// another program) or a string over [MaxRecordBytes] (affinity.MaxBackendIDBytes) — is a
+// problem of that key, not of Redis: every script checks the key's type and length first
+// (STRLEN, O(1), reading no value) and treats it as absent, so the claim or rebind that
+// finds it overwrites it with its binding, a refresh re-creates its own, and ForgetIf
+// deletes it, in the same atomic call, which succeeds: the Scheduler keeps using Redis
+// for every other session. Each repair is counted ([Store.Repairs], and as a store error
+// of its op) and logged once at WARN ("redisstore: key repaired: ...", naming the op, the
+// Redis key and what it held). Before, such a key failed the call (WRONGTYPE, or a 10 MB
+// reply past the timeout), marked Redis unavailable for retry_after_seconds and was never
+// repaired.
 // Session IDs, tiers and request data are never sent to Redis; the hash is the
 // documented, unseeded hrw.KeyHash, so operators can find a session's key.
 //

@@ -10,19 +10,6 @@ import (
 	"github.com/agentserve/sessionaffinity/metrics"
 )
 
-// refreshScript extends the binding if it is ours and re-creates it if lost; it returns
-// the value found.
-var refreshScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return v`)
-
 // refreshQueue is the capacity of the queue of pending refreshes; a refresh that finds
 // it full is dropped and counted as an error (the binding is refreshed by a later hit
 // or re-created by the next miss).
@@ -144,11 +131,12 @@ func (s *Store) sendRefreshes(parent context.Context, batch []refreshReq) {
 	}
 	s.observe(metrics.StoreOpRefresh, nil, since)
 	for i, c := range cmds {
-		v, err := c.Text()
-		if err != nil {
+		a, err := c.Slice()
+		if err != nil || len(a) != 2 {
 			continue
 		}
-		if v != batch[i].backend { // another replica rebound it: drop our copy
+		s.checkRepair(metrics.StoreOpRefresh, batch[i].key, a[1])
+		if v, _ := a[0].(string); v != batch[i].backend { // another replica rebound it: drop our copy
 			s.notify(batch[i].key, v)
 		}
 	}

@@ -28,41 +28,6 @@ var (
 	_ affinity.StoreWatchResync = (*Store)(nil)
 )
 
-// Lua scripts: each one is atomic on the server and costs one round trip (EVALSHA).
-var (
-	// claim: adopt and extend an existing binding, or create it (SET PX).
-	claimScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {0, v}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, ARGV[1]}`)
-	// rebind: compare-and-set old -> new (also when absent), then publish the change.
-	rebindScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and v ~= ARGV[1] then
-  return {0, v}
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
-return {1, ARGV[2]}`)
-	// forget: delete and publish.
-	forgetScript = redis.NewScript(`
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
-return 1`)
-	// forgetIf: compare-and-delete (absent or another backend: nothing), then publish.
-	forgetIfScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1`)
-)
-
 // Option configures [New]: code seams only.
 type Option interface{ apply(*Store) }
 
@@ -71,8 +36,10 @@ type optionFunc func(*Store)
 func (f optionFunc) apply(s *Store) { f(s) }
 
 // WithRecorder counts the store's own failures (background refreshes and the
-// subscription; op "refresh", "watch") in r. The Scheduler counts the failures of the
-// calls it makes through its Recorder. nil: not counted (still in [Store.Errors]).
+// subscription; op "refresh", "watch") in r, and each key a call repaired (under that
+// call's op, see [Store.Repairs]). The Scheduler counts the failures of the calls it
+// makes through its Recorder. nil: not counted (still in [Store.Errors] and
+// [Store.Repairs]).
 func WithRecorder(r metrics.StoreRecorder) Option {
 	return optionFunc(func(s *Store) { s.rec = r })
 }
@@ -101,6 +68,7 @@ type Store struct {
 
 	refreshes chan refreshReq
 	errors    atomic.Uint64
+	repairs   atomic.Uint64
 	dropped   atomic.Uint64
 	received  atomic.Uint64
 	resyncs   atomic.Uint64
@@ -231,20 +199,8 @@ func px(ttl time.Duration) int64 {
 	return 1
 }
 
-func pair(v any, err error) (string, bool, error) {
-	if err != nil {
-		return "", false, err
-	}
-	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return "", false, errors.New("redisstore: unexpected script reply")
-	}
-	flag, _ := a[0].(int64)
-	val, _ := a[1].(string)
-	return val, flag == 1, nil
-}
-
-// Claim implements [affinity.Store.Claim]: one EVALSHA (GET; PEXPIRE or SET PX).
+// Claim implements [affinity.Store.Claim]: one EVALSHA (GET; PEXPIRE or SET PX). A key
+// that holds no binding record (see [Store.Repairs]) is overwritten as if absent.
 func (s *Store) Claim(ctx context.Context, key affinity.StoreKey, backendID string, ttl time.Duration) (string, bool, error) {
 	if s.closed.Load() {
 		return "", false, ErrClosed
@@ -252,10 +208,11 @@ func (s *Store) Claim(ctx context.Context, key affinity.StoreKey, backendID stri
 	since := s.begin()
 	v, err := claimScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, px(ttl)).Result()
 	s.observe(metrics.StoreOpClaim, err, since)
-	return pair(v, err)
+	return s.setReply(metrics.StoreOpClaim, key, v, err)
 }
 
 // Rebind implements [affinity.Store.Rebind]: one EVALSHA (GET, compare, SET PX, PUBLISH).
+// A key that holds no binding record (see [Store.Repairs]) is overwritten as if absent.
 func (s *Store) Rebind(ctx context.Context, key affinity.StoreKey, old, backendID string, ttl time.Duration) (string, bool, error) {
 	if s.closed.Load() {
 		return "", false, ErrClosed
@@ -263,7 +220,7 @@ func (s *Store) Rebind(ctx context.Context, key affinity.StoreKey, old, backendI
 	since := s.begin()
 	v, err := rebindScript.Run(ctx, s.client, []string{s.Key(key)}, old, backendID, px(ttl), s.channel, message(key, backendID)).Result()
 	s.observe(metrics.StoreOpRebind, err, since)
-	return pair(v, err)
+	return s.setReply(metrics.StoreOpRebind, key, v, err)
 }
 
 // Forget implements [affinity.Store.Forget]: one EVALSHA (DEL, PUBLISH).
@@ -278,15 +235,26 @@ func (s *Store) Forget(ctx context.Context, key affinity.StoreKey) error {
 }
 
 // ForgetIf implements [affinity.StoreForgetIf]: one EVALSHA (GET, compare with
-// backendID, then DEL and PUBLISH only if equal). Counted as the forget op.
+// backendID, then DEL and PUBLISH only if equal). Counted as the forget op. A key that
+// holds no binding record (see [Store.Repairs]) is deleted (without a message: no
+// replica holds it) and reported as not forgotten.
 func (s *Store) ForgetIf(ctx context.Context, key affinity.StoreKey, backendID string) (bool, error) {
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
 	since := s.begin()
-	n, err := forgetIfScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, s.channel, message(key, "")).Int()
+	v, err := forgetIfScript.Run(ctx, s.client, []string{s.Key(key)}, backendID, s.channel, message(key, "")).Result()
 	s.observe(metrics.StoreOpForget, err, since)
-	return n == 1, err
+	if err != nil {
+		return false, err
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return false, errUnexpectedReply
+	}
+	s.checkRepair(metrics.StoreOpForget, key, a[1])
+	n, _ := a[0].(int64)
+	return n == 1, nil
 }
 
 // Errors returns how many background calls failed (refreshes, subscription), and how
