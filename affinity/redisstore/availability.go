@@ -61,53 +61,82 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
-// WithLogger logs the Store's availability changes on l: one WARN when a call to Redis
-// fails after calls succeeded ("redisstore: Redis unavailable", with the op and the
-// error; when the failed call is the invalidation subscription's, op=watch, the message
-// says so: claims and refreshes may still be answered), one INFO when a call succeeds again after failures ("redisstore: Redis
-// available again: bindings are shared", with the op); never one line per failed call.
-// Safe for concurrent use (the transitions are decided atomically; only a call that
-// started after the last change can make the next one, so calls in flight when Redis
-// fails or comes back do not make the log flap). The first outcome
-// after [New] is not logged: check Redis with [Store.Ping] at startup and report that
-// result. A call cancelled by its caller or by Close is no outcome. It also logs one INFO
-// each time the subscription is re-established after a failure ("redisstore:
-// invalidations resumed: ...", see [Store.WatchResync]).
-// nil: nothing is logged.
+// WithLogger logs the Store's availability on l, never one line per failed call:
+//
+//   - Calls (claims, rebinds, forgets, refreshes, [Store.Ping]): one WARN when a call
+//     fails after calls succeeded ("redisstore: Redis unavailable: bindings are decided
+//     locally ...", with the op and the error), and one INFO once Redis answers again
+//     ("redisstore: Redis available again: bindings are shared", with the op): after
+//     an outage it takes two successful calls, the second started after the first
+//     answered, so a restart whose first answer is followed by another failure (a
+//     server still starting, a stale connection) logs nothing until Redis answers for
+//     good instead of INFO, WARN, INFO within a few milliseconds; a failure between them
+//     is the same outage and logs nothing. Only a call that started after the last
+//     change can make the next one, so calls in flight when Redis fails or comes back do
+//     not make the log flap. The first outcome after [New] is not logged: check Redis
+//     with [Store.Ping] at startup and report that result (so nothing is logged at
+//     startup when Redis answers, and "available again" only follows an outage). A call
+//     cancelled by its caller or by Close is no outcome.
+//   - The invalidation subscription, which has its own connection and can fail alone (a
+//     user denied SUBSCRIBE, CLIENT KILL TYPE pubsub): one WARN when it fails
+//     ("redisstore: Redis unavailable to the invalidation subscription: ...", op=watch,
+//     with the error), also before its first confirmation when Redis answers the
+//     SUBSCRIBE with an error (NOPERM) but not when Redis is unreachable at startup
+//     (Ping's to report, as for the calls), and one INFO when it is re-established
+//     ("redisstore: invalidations resumed: ...", see [Store.WatchResync]). It does not
+//     change the calls' availability: a full outage logs both WARNs, a cut subscription
+//     only its own.
+//   - A key repaired by a call: one WARN ("redisstore: key repaired: ...", see
+//     [Store.Repairs]); no availability change.
+//
+// Safe for concurrent use (the transitions are decided atomically). nil: nothing is
+// logged.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(s *Store) { s.log = l })
 }
 
-// Availability states of a Store (Store.avail).
+// Availability states of a Store's calls (Store.avail).
 const (
-	availUnknown int32 = iota // nothing has answered or failed yet
-	availUp
-	availDown
+	availUnknown    int32 = iota // nothing has answered or failed yet
+	availUp                      // answering
+	availDown                    // failing (logged if it followed availUp)
+	availRecovering              // one call answered after failures; the next success is availUp
 )
 
 // begin returns the availability epoch a call to Redis starts in, for observe.
 func (s *Store) begin() uint64 { return s.epoch.Load() }
 
+// nextAvail is the calls' availability after one outcome (ok: the call succeeded) in
+// state prev: a failure is availDown; a success is availRecovering after availDown and
+// availUp otherwise.
+func nextAvail(prev int32, ok bool) int32 {
+	switch {
+	case !ok:
+		return availDown
+	case prev == availDown:
+		return availRecovering
+	}
+	return availUp
+}
+
 // observe records the outcome of one call to Redis (op: a metrics.StoreOp constant or
-// "ping") that started in epoch since (begin), and logs a change of availability. Only
-// a call that started after the last change can make the next one: calls already in
-// flight when Redis was seen failing (or answering again) say nothing about what came
-// after, and a burst of them finishing either way must not make the log flap.
-// Cancellations are ignored; a deadline is a failure (a hung Redis). Lock-free.
+// "ping", never the subscription's) that started in epoch since (begin), and logs a
+// change of availability (see WithLogger). Only a call that started after the last
+// change can make the next one: calls already in flight when Redis was seen failing (or
+// answering again) say nothing about what came after, and a burst of them finishing
+// either way must not make the log flap. Cancellations are ignored; a deadline is a
+// failure (a hung Redis). Lock-free.
 func (s *Store) observe(op string, err error, since uint64) {
 	if err != nil && errors.Is(err, context.Canceled) {
 		return
 	}
-	next := availUp
-	if err != nil {
-		next = availDown
-	}
-	var prev int32
+	var prev, next int32
 	for {
 		if since != s.epoch.Load() {
 			return
 		}
-		if prev = s.avail.Load(); prev == next {
+		prev = s.avail.Load()
+		if next = nextAvail(prev, err == nil); next == prev {
 			return
 		}
 		if s.avail.CompareAndSwap(prev, next) {
@@ -115,18 +144,25 @@ func (s *Store) observe(op string, err error, since uint64) {
 			break
 		}
 	}
-	if prev == availUnknown || s.log == nil {
+	if s.log == nil {
 		return
 	}
-	if next == availDown {
-		msg := "redisstore: Redis unavailable: bindings are decided locally until it answers"
-		if op == metrics.StoreOpWatch { // claims and refreshes may still work: say what is known
-			msg = "redisstore: Redis unavailable to the invalidation subscription: other replicas' moves are not seen until it is back (calls that fail are decided locally)"
-		}
-		s.log.Warn(msg, "address", s.cfg.Address, "op", op, "err", err.Error())
-		return
+	switch {
+	case prev == availUp && next == availDown:
+		s.log.Warn("redisstore: Redis unavailable: bindings are decided locally until it answers",
+			"address", s.cfg.Address, "op", op, "err", err.Error())
+	case prev == availRecovering && next == availUp:
+		s.log.Info("redisstore: Redis available again: bindings are shared", "address", s.cfg.Address, "op", op)
 	}
-	s.log.Info("redisstore: Redis available again: bindings are shared", "address", s.cfg.Address, "op", op)
+}
+
+// subscriptionLost logs the WARN of a failed subscription (the first failed receive
+// since the last confirmed SUBSCRIBE, startup included; see WithLogger).
+func (s *Store) subscriptionLost(err error) {
+	if s.log != nil {
+		s.log.Warn("redisstore: Redis unavailable to the invalidation subscription: other replicas' moves are not seen until it is back (calls that fail are decided locally)",
+			"address", s.cfg.Address, "op", metrics.StoreOpWatch, "err", err.Error())
+	}
 }
 
 // PrintfLogger adapts a slog.Logger to go-redis's logger interface (Printf(ctx,

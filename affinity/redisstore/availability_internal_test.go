@@ -59,12 +59,52 @@ func TestObserveIgnoresCallsInFlightAtAChange(t *testing.T) {
 	assert.Equal(t, "WARN", buf.levels(), "calls in flight at the change change nothing")
 
 	during := s.begin()
-	s.observe("claim", nil, s.begin()) // a call started after the outage answers: up
+	s.observe("claim", nil, s.begin()) // a call started after the outage answers: recovering
+	assert.Equal(t, "WARN", buf.levels(), "one answer after an outage is not yet a recovery")
+	during2 := s.begin()
+	s.observe("claim", nil, s.begin()) // and the next one: up
 	assert.Equal(t, "WARN INFO", buf.levels())
 	s.observe("claim", fail, during) // started during the outage, failed late: no new outage
+	s.observe("claim", fail, during2)
 	assert.Equal(t, "WARN INFO", buf.levels())
 	s.observe("claim", context.Canceled, s.begin()) // a cancellation is no outcome
 	assert.Equal(t, "WARN INFO", buf.levels())
 	s.observe("claim", fail, s.begin())
 	assert.Equal(t, "WARN INFO WARN", buf.levels(), "a fresh call's failure is a new outage")
+}
+
+// After a Redis restart the first answer may be followed by a failure (tester36 saw
+// INFO, WARN, INFO within 117 ms): Redis is back in the log only once two calls in a row
+// answered, the second started after the first answered; a failure between them is the
+// same outage. Startup logs nothing (the first outcome), and "available again" only
+// follows an outage that was logged or a first outcome that failed (Ping at startup).
+func TestObserveDoesNotFlapOnRecovery(t *testing.T) {
+	fail := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	for _, tc := range []struct {
+		name string
+		seq  string // outcomes in order: '+' success, '-' failure, each started after the previous one
+		want string
+	}{
+		{"startup ok", "+++", ""},
+		{"startup down, then back", "-++", "INFO"},
+		{"startup down, one answer", "-+", ""},
+		{"outage and recovery", "+-++", "WARN INFO"},
+		{"restart flap", "+-+-++", "WARN INFO"},
+		{"long flap", "+-+-+-+-++", "WARN INFO"},
+		{"two outages", "+-+++-++", "WARN INFO WARN INFO"},
+		{"one answer, then down again", "+-+--", "WARN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf lockedBuffer
+			s := &Store{log: slog.New(slog.NewTextHandler(&buf, nil))}
+			for _, c := range tc.seq {
+				var err error
+				if c == '-' {
+					err = fail
+				}
+				s.observe("claim", err, s.begin())
+			}
+			assert.Equal(t, tc.want, buf.levels())
+		})
+	}
 }

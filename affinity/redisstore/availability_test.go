@@ -101,9 +101,10 @@ func (b *syncBuffer) lines() []string {
 	return strings.FieldsFunc(b.b.String(), func(r rune) bool { return r == '\n' })
 }
 
-// TestAvailabilityLog: Redis stops, many calls fail, Redis comes back: one WARN when it
-// goes, one INFO when it is back, nothing per failed call, nothing for the first
-// (startup) outcome.
+// TestAvailabilityLog: Redis stops, many calls fail, Redis comes back: one WARN for the
+// calls and one for the subscription (its own connection, reported apart since
+// tester36) when it goes, one INFO when the calls are answered again, nothing per failed
+// call, nothing for the first (startup) outcome.
 func TestAvailabilityLog(t *testing.T) {
 	srv := redistest.Start(t)
 	var buf syncBuffer
@@ -132,20 +133,32 @@ func TestAvailabilityLog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, st.Flush(ctx)) // a failed refresh, too
+	// The subscriber's WARN may come a moment after the calls' (its receive fails on its
+	// own connection): wait for it, then require exactly these two.
+	require.Eventually(t, func() bool { return len(buf.lines()) >= 2 }, 10*time.Second, 10*time.Millisecond)
 	lines := buf.lines()
-	require.Len(t, lines, 1, "one line for the outage: %q", lines)
-	require.Contains(t, lines[0], "level=WARN")
-	require.Contains(t, lines[0], "redisstore: Redis unavailable")
-	require.Contains(t, lines[0], srv.Addr())
+	require.Len(t, lines, 2, "one line per feed for the outage: %q", lines)
+	calls, watch := lines[0], lines[1]
+	if strings.Contains(calls, "op=watch") {
+		calls, watch = watch, calls
+	}
+	for _, l := range lines {
+		require.Contains(t, l, "level=WARN")
+		require.Contains(t, l, "redisstore: Redis unavailable")
+		require.Contains(t, l, srv.Addr())
+	}
+	require.Contains(t, calls, "bindings are decided locally")
+	require.Contains(t, watch, "unavailable to the invalidation subscription")
+	require.Contains(t, watch, "op=watch")
 
 	srv.Restart()
 	// go-redis backs off dialling after failures: retry until a call goes through.
 	require.Eventually(t, func() bool { return claim(100) == nil }, 10*time.Second, 50*time.Millisecond)
 	require.NoError(t, claim(101))
 	lines = buf.lines()
-	require.Len(t, lines, 2, "one line for the recovery: %q", lines)
-	require.Contains(t, lines[1], "level=INFO")
-	require.Contains(t, lines[1], "redisstore: Redis available again")
+	require.Len(t, lines, 3, "one line for the recovery: %q", lines)
+	require.Contains(t, lines[2], "level=INFO")
+	require.Contains(t, lines[2], "redisstore: Redis available again")
 }
 
 // TestPrintfLogger: go-redis's messages become slog records at the chosen level.
@@ -158,4 +171,61 @@ func TestPrintfLogger(t *testing.T) {
 	lines := buf.lines()
 	require.Len(t, lines, 1)
 	require.Contains(t, lines[0], `level=WARN msg="pool: failed to dial after 5 attempts" logger=go-redis`)
+}
+
+// A user that may only PING (tester36): the failed SUBSCRIBE at startup gets its WARN,
+// the successful Ping logs nothing (nothing was unavailable to the calls: no "available
+// again"), and the first failed claim gets the calls' WARN. Before, the SUBSCRIBE's
+// failure was the silent first outcome and the Ping then logged "Redis available again".
+func TestStartupLogPingOnlyUser(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "pingonly", "on", ">pingpw", "resetchannels", "-@all", "+ping", "+hello", "+auth").Err())
+	t.Setenv("REDISSTORE_TEST_PASSWORD", "pingpw")
+	var buf syncBuffer
+	rec := &opCounter{}
+	st, err := redisstore.New(redisstore.Config{Address: srv.Addr(), Username: "pingonly", PasswordEnv: "REDISSTORE_TEST_PASSWORD", RetryAfterSeconds: 60},
+		redisstore.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), redisstore.WithRecorder(rec))
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, st.Ping(ctx))
+	require.Eventually(t, func() bool { return rec.count("watch") > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, st.Ping(ctx))
+	lines := buf.lines()
+	require.Len(t, lines, 1, "only the subscription's failure: %q", lines)
+	require.Contains(t, lines[0], "level=WARN")
+	require.Contains(t, lines[0], "unavailable to the invalidation subscription")
+	require.Contains(t, lines[0], "op=watch")
+	require.Contains(t, lines[0], "NOPERM")
+
+	_, _, err = st.Claim(ctx, affinity.StoreKey{Session: 1}, "b0", time.Minute)
+	require.ErrorContains(t, err, "NOPERM")
+	lines = buf.lines()
+	require.Len(t, lines, 2, "the calls' WARN: %q", lines)
+	require.Contains(t, lines[1], "level=WARN")
+	require.Contains(t, lines[1], "redisstore: Redis unavailable: bindings are decided locally")
+	require.Contains(t, lines[1], "op=claim")
+	for _, l := range lines {
+		require.NotContains(t, l, "available again")
+	}
+}
+
+// Redis unreachable at startup: the subscription's failure is not logged (like the
+// calls' first outcome, it is the startup Ping's to report: the gateway logs "Redis
+// unreachable at start" once), only counted.
+func TestStartupLogRedisUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	var buf syncBuffer
+	rec := &opCounter{}
+	st, err := redisstore.New(redisstore.Config{Address: srv.Addr(), RetryAfterSeconds: 60, DialTimeoutSeconds: 0.2},
+		redisstore.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), redisstore.WithRecorder(rec))
+	require.NoError(t, err)
+	defer st.Close()
+	require.Error(t, st.Ping(context.Background()))
+	require.Eventually(t, func() bool { return rec.count("watch") > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Empty(t, buf.lines())
 }

@@ -129,7 +129,10 @@
 // refuses the credentials or the database number gives an error wrapping [ErrRejected]
 // (a configuration error, which does not heal); an unreachable one gives the connection
 // error and the Store keeps retrying. With [WithLogger] a Store logs each change of
-// availability once: a WARN when calls start failing, an INFO when one succeeds again;
+// availability once: a WARN when calls start failing, an INFO once they are answered
+// again (two in a row, so that a restart does not log INFO, WARN, INFO within
+// milliseconds), and apart from them a WARN when the subscription fails (at startup
+// too when Redis refuses the SUBSCRIBE: a user denied it) and an INFO when it is back;
 // each failed call is counted, not logged. go-redis itself logs (dial failures, several
 // a second during an outage) through one process-wide logger, to stderr by default; a
 // command can route it to slog with redis.SetLogger([PrintfLogger]{...}). The Store

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -69,17 +70,24 @@ func (s *Store) notify(key affinity.StoreKey, backend string) {
 // (without it, only by the session's next periodic refresh, up to TTL/8 later).
 func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 	defer s.done.Done()
-	lost := false // a receive failed since the last confirmed subscription
+	lost := false      // a receive failed since the last confirmed subscription
+	warned := false    // and its WARN was logged
+	confirmed := false // a subscription was confirmed once
 	for {
-		since := s.begin()
 		m, err := ps.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			// Not for an unreachable Redis before the first confirmation: like the calls'
+			// first outcome, the command's Ping at startup reports that.
+			var reply redis.Error // Redis answered the SUBSCRIBE with an error (NOPERM)
+			if !warned && (confirmed || errors.As(err, &reply)) {
+				s.subscriptionLost(err)
+				warned = true
+			}
 			lost = true
 			s.fail(metrics.StoreOpWatch)
-			s.observe(metrics.StoreOpWatch, err, since)
 			select { // go-redis reconnects on the next receive; do not spin meanwhile
 			case <-ctx.Done():
 				return
@@ -90,7 +98,7 @@ func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 		msg, ok := m.(*redis.Message)
 		if !ok {
 			if sub, ok := m.(*redis.Subscription); ok && sub.Kind == "subscribe" { // (re)subscribed: Redis answers
-				s.observe(metrics.StoreOpWatch, nil, since)
+				confirmed, warned = true, false
 				if lost {
 					lost = false
 					s.resynced()
