@@ -171,7 +171,8 @@
 // "config reloaded" line also names what changed on each backend that stays:
 // weight_changed ("vllm-a:1->2", the effective weight), tier_changed
 // ("vllm-b:(default)->large", "(default)" being the default pool) and url_changed, beside drained and undrained; each is empty when
-// nothing changed. A config equal to the serving one is not applied: "config unchanged"
+// nothing changed, and each names at most 20 entries, then "+N more" (a reload that
+// replaces thousands of backends logged every ID before, 56 KB in one line). A config equal to the serving one is not applied: "config unchanged"
 // instead. Each outcome line names its trigger (sighup, watch, api). The config file must
 // be a regular file of at most [MaxConfigBytes]; another (a FIFO, a device) is refused
 // unread. Decisions:

@@ -255,9 +255,9 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
 	}
 	weights, tiers, urls := backendChanges(old, rt)
-	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", added, "removed", removed,
-		"weight_changed", weights, "tier_changed", tiers, "url_changed", urls,
-		"drained", drained, "undrained", undrained, "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", heldDown)
+	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", logList(added), "removed", logList(removed),
+		"weight_changed", logList(weights), "tier_changed", logList(tiers), "url_changed", logList(urls),
+		"drained", logList(drained), "undrained", logList(undrained), "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", logList(heldDown))
 	return nil
 }
 

@@ -40,3 +40,17 @@ func tierLabel(tier string) string {
 	}
 	return tier
 }
+
+// logListMax is the most IDs (or changes) a list in the "config reloaded" line names;
+// longer lists end with an entry "+N more". Decision: a reload that replaces thousands of
+// backends (pod churn) logged every ID, up to 56 KB in one line (tester37); the counts
+// and the first names say what happened, and GET /readyz or the config says the rest.
+const logListMax = 20
+
+// logList returns ids for a log line: at most logListMax of them, then "+N more".
+func logList(ids []string) []string {
+	if len(ids) <= logListMax {
+		return ids
+	}
+	return append(ids[:logListMax:logListMax], "+"+strconv.Itoa(len(ids)-logListMax)+" more")
+}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -65,4 +66,32 @@ func TestReloadLogNamesBackendChanges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A reload that replaces many backends (pod churn) names at most 20 of each list in the
+// "config reloaded" line, then "+N more" (tester37: one line listed every ID, 56 KB); a
+// list of 20 or fewer is given whole.
+func TestReloadLogCapsItsLists(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	cfgOf := func(prefix string, n int) gateway.Config {
+		c := gateway.Config{Listen: "127.0.0.1:0", Health: gateway.HealthConfig{Enabled: new(false)}}
+		for i := range n {
+			c.Backends = append(c.Backends, gateway.BackendConfig{ID: fmt.Sprintf("%s-%02d", prefix, i), URL: urls[0]})
+		}
+		return c
+	}
+	logs := &records{}
+	g, err := gateway.New(cfgOf("old", 20), gateway.WithLogger(slog.New(logs)))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.NoError(t, g.Reload(cfgOf("new", 35)))
+	line := logs.attrs("config reloaded")
+	require.NotNil(t, line)
+	added, removed := line["added"].([]string), line["removed"].([]string)
+	require.Len(t, added, 21)
+	assert.Equal(t, "new-00", added[0])
+	assert.Equal(t, "new-19", added[19])
+	assert.Equal(t, "+15 more", added[20])
+	require.Len(t, removed, 20, "20 removed: named whole")
+	assert.Equal(t, "old-19", removed[19])
 }
