@@ -2,7 +2,9 @@ package hrw_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -54,6 +56,54 @@ func TestSelectionLoopsEqualReference(t *testing.T) {
 					if ok {
 						require.Equal(t, nodes[want], rn, "Ranker.Pick key %d", k)
 					}
+				}
+			})
+		}
+	}
+}
+
+// TestPickCappedScan checks Pick's weighted selection above 128 nodes, whose scan rules
+// nodes out against a cap on the weights that rises when a heavier node comes up,
+// against the naive reference: weights in random, ascending and descending order, over
+// a narrow and a wide range, with zero Nodes at the ends (no first cap from the end
+// weights), one much heavier node late in the list, and a later duplicate of the
+// winner with a larger weight (which the duplicate rule ignores).
+func TestPickCappedScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 4))
+	for _, n := range []int{129, 130, 200, 513} {
+		for _, layout := range []string{"random", "ascending", "descending", "wide", "zero ends", "heavy late", "heavier duplicate"} {
+			t.Run(fmt.Sprintf("n=%d/%s", n, layout), func(t *testing.T) {
+				for k := range 100 {
+					ws := make([]float64, n)
+					for i := range ws {
+						ws[i] = 0.5 + 3.5*rng.Float64()
+						if layout == "wide" {
+							ws[i] = math.Exp(rng.Float64()*20 - 10)
+						}
+					}
+					switch layout {
+					case "ascending":
+						slices.Sort(ws)
+					case "descending":
+						slices.Sort(ws)
+						slices.Reverse(ws)
+					case "heavy late":
+						ws[n-1-rng.IntN(n/2)] = 40
+					}
+					nodes := make([]hrw.Node, n)
+					for i, w := range ws {
+						nodes[i] = mustNode(t, fmt.Sprintf("backend-%d", i), w)
+					}
+					kh := rng.Uint64()
+					switch layout {
+					case "zero ends":
+						nodes[0], nodes[n-1] = hrw.Node{}, mustNode(t, "w0", 0)
+					case "heavier duplicate":
+						if w := refPick(kh, nodes); w < n-1 {
+							nodes[w+1+rng.IntN(n-1-w)] = mustNode(t, nodes[w].ID(), 1000)
+						}
+					}
+					require.Equal(t, refPick(kh, nodes), hrw.Pick(kh, nodes), "key %d", k)
 				}
 			})
 		}
