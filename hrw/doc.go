@@ -87,7 +87,9 @@
 // (The loops use the top 31 bits t of the unfinished mix instead of m, with
 // 1-u > (2^31-1-t)·2^-31, one conversion and one product per node; a [Ranker] over more
 // than 128 nodes first passes over, with one integer compare each, the nodes that this
-// test would skip even with the set's largest weight.)
+// test would skip even with the set's largest weight; [Pick] over more than 128 nodes
+// does the same past its first 64 nodes against a cap on the weights, with a second
+// compare per node for the weight, and raises the cap when a heavier node comes.)
 // A [Ranker] over more than 64 nodes that carry 2 to 8 distinct weights (at least 8
 // nodes per weight on average) groups them into weight classes: for a fixed w the score
 // is strictly increasing in u, so each class's winner is its equal-weight winner
