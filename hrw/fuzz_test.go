@@ -2,6 +2,7 @@ package hrw_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,6 +79,40 @@ func FuzzPick(f *testing.F) {
 		}
 		if top := hrw.TopK(nil, kh, nodes, 2); (got < 0) != (len(top) == 0) || (got >= 0 && top[0] != got) {
 			t.Fatalf("TopK = %v, Pick = %d", top, got)
+		}
+	})
+}
+
+// FuzzPickLarge is FuzzPick above 128 nodes, where Pick with mixed weights scans with a
+// rising cap on the weights (skipCap, scanCap): n in 129..640 nodes named "n<i>" (dup
+// makes every dup-th node a copy of an earlier ID), weights cycled from the fuzzed bytes
+// (w/16, 0 included, so zero and heavy nodes land anywhere). Pick must equal the
+// reference.
+func FuzzPickLarge(f *testing.F) {
+	f.Add("s1", uint16(129), uint8(0), []byte{16, 32, 1, 255})
+	f.Add("session-42", uint16(512), uint8(7), []byte{0, 0, 0, 200, 16})
+	f.Add("k", uint16(640), uint8(3), []byte{255, 1})
+	f.Fuzz(func(t *testing.T, key string, size uint16, dup uint8, weights []byte) {
+		n := 129 + int(size)%512
+		nodes := make([]hrw.Node, 0, n)
+		for i := range n {
+			id := "n" + strconv.Itoa(i)
+			if dup > 1 && i%int(dup) == 0 && i > 0 {
+				id = "n" + strconv.Itoa(i/int(dup))
+			}
+			w := 1.0
+			if len(weights) > 0 {
+				w = float64(weights[i%len(weights)]) / 16
+			}
+			nd, err := hrw.NewNode(id, w)
+			if err != nil {
+				t.Fatalf("NewNode(%q, %g): %v", id, w, err)
+			}
+			nodes = append(nodes, nd)
+		}
+		kh := hrw.KeyHash(key)
+		if got, want := hrw.Pick(kh, nodes), refPick(kh, nodes); got != want {
+			t.Fatalf("Pick = %d, reference %d (%d nodes, dup %d, weights %v)", got, want, n, dup, weights)
 		}
 	})
 }
