@@ -83,6 +83,7 @@ type Gateway struct {
 	fileReload  sync.Mutex    // one file reload at a time, the watcher's check of cfgSeen with it
 	probeCauses probeCauses   // why each backend's last active check failed (probecause.go)
 	retired     retiring      // Schedulers replaced by a reload that may still hold leases (outstanding.go)
+	scrape      loadScraper   // load_report_seconds: each backend's schedule and report age (loadsched.go)
 	reloaded    chan struct{} // Reload -> Run: restart the loops with the new state
 
 	drain     shutdownDrain           // Serve's shutdown drain (drain.go)
@@ -166,6 +167,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: prometheus gateway metrics: %w", err)
 	}
 	if err := g.registerLoadMetrics(); err != nil {
+		return nil, fmt.Errorf("gateway: load metrics: %w", err)
+	}
+	if err := g.registerScrapeMetrics(); err != nil {
 		return nil, fmt.Errorf("gateway: load metrics: %w", err)
 	}
 	g.metrics = promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{})

@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
 )
 
 // vLLM's queue gauges, read by [Gateway.ReportLoads].
@@ -23,24 +25,35 @@ const (
 // maxMetricsBytes bounds a backend's /metrics page read by ReportLoads.
 const maxMetricsBytes = 4 << 20
 
-// ReportLoads reads every backend's /metrics page (Prometheus text format) and reports
-// its vLLM queue gauges — vllm:num_requests_waiting, vllm:num_requests_running (summed
-// over their series, e.g. per model) and vllm:kv_cache_usage_perc (the largest) — to the
-// scheduler with affinity.Scheduler.ReportLoad. A backend whose page cannot be read, or
-// has neither queue gauge, gets its report cleared. Each read uses the health checker's
-// HTTP client (health.timeout_seconds). [Gateway.Run] calls it every
-// load_report_seconds when that is > 0. Safe for concurrent use.
+// ReportLoads reads the /metrics page (Prometheus text format) of every backend that is
+// not Down now, and reports its vLLM queue gauges — vllm:num_requests_waiting,
+// vllm:num_requests_running (summed over their series, e.g. per model) and
+// vllm:kv_cache_usage_perc (the largest) — to the scheduler with
+// affinity.Scheduler.ReportLoad. A backend whose page cannot be read, or has neither
+// queue gauge, gets its report cleared. Each read uses the health checker's HTTP client
+// (health.timeout_seconds); at most 12 run at once, and ReportLoads returns when all
+// have ended (at most about ceil(backends / 12) timeouts). [Gateway.Run] does not call
+// it: with load_report_seconds > 0 it scrapes each backend on a schedule of its own
+// (loadsched.go; see docs/load-aware.md, "Load report scrapes"). Safe for concurrent use.
 func (g *Gateway) ReportLoads(ctx context.Context) {
 	rt := g.state()
+	work := make(chan *backend)
+	var wg sync.WaitGroup
+	for range min(scrapeWorkers, len(rt.backends)) {
+		wg.Go(func() {
+			for b := range work {
+				l, err := g.scrapeLoad(ctx, b)
+				g.recordScrape(b, l, err, false)
+			}
+		})
+	}
 	for _, b := range rt.backends {
-		l, err := g.scrapeLoad(ctx, b)
-		if err != nil {
-			g.log.Debug("backend load report failed", "backend", b.id, "err", err)
-		}
-		if err := rt.sched.ReportLoad(b.id, l); err != nil {
-			g.log.Warn("backend load report rejected", "backend", b.id, "err", err)
+		if rt.sched.Health().State(b.id) != health.Down {
+			work <- b
 		}
 	}
+	close(work)
+	wg.Wait()
 }
 
 func (g *Gateway) scrapeLoad(ctx context.Context, b *backend) (affinity.BackendLoad, error) {

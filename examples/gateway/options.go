@@ -21,6 +21,7 @@ type options struct {
 	probeTicks   <-chan time.Time
 	recheckTicks <-chan time.Time
 	sweepTicks   <-chan time.Time
+	loadTicks    <-chan time.Time
 	now          func() time.Time
 }
 
@@ -69,7 +70,16 @@ func WithSweepTicks(c <-chan time.Time) Option {
 	return optionFunc(func(o *options) { o.sweepTicks = c })
 }
 
-// WithClock sets the clock of outlier detection (ejection times, failure windows) and,
+// WithLoadReportTicks drives the load scrape's passes (load_report_seconds) from ticks
+// instead of its own ticker (tests): on each tick, the backends whose report is due by
+// the gateway's clock (WithClock) are scraped. [Gateway.Run] also makes a pass at
+// its start and after each reload, ticks or not.
+func WithLoadReportTicks(c <-chan time.Time) Option {
+	return optionFunc(func(o *options) { o.loadTicks = c })
+}
+
+// WithClock sets the clock of outlier detection (ejection times, failure windows), of the
+// load scrape's schedule and report ages, and,
 // unless WithSchedulerOptions sets another, of the Scheduler (nil or omitted: the system
 // clock). Tests pass an affinitytest.Clock.
 func WithClock(c affinity.Clock) Option {

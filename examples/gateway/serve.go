@@ -15,12 +15,16 @@ import (
 
 // Run runs the background loops until ctx is done: the active prober (when
 // health.enabled), the passive re-check of backends downed by connection errors, and
-// the periodic reclamation of expired bindings (Scheduler.Sweep every sweep_seconds).
-// After a [Gateway.Reload] it stops the loops and starts them again on the new state
-// (new intervals, new prober). It returns nil after ctx is done and every loop has
+// the periodic reclamation of expired bindings (Scheduler.Sweep every sweep_seconds) and,
+// with load_report_seconds > 0, the load scrape (loadsched.go). After a [Gateway.Reload]
+// it stops the loops and starts them again on the new state (new intervals, new
+// prober); the load scrape keeps each remaining backend's schedule and report, and its
+// scrapes in flight, across the reload, and scrapes new backends at once. It returns nil after ctx is done and every loop has
 // stopped. Call it once, and not at all when using [Gateway.Serve] or
 // [Gateway.ListenAndServe], which call it.
 func (g *Gateway) Run(ctx context.Context) error {
+	var scrapers sync.WaitGroup // the load scrape's workers outlive reloads (loadsched.go)
+	defer scrapers.Wait()
 	for {
 		rt := g.state()
 		lctx, cancel := context.WithCancel(ctx)
@@ -34,8 +38,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		wg.Go(func() { g.recheckLoop(lctx, rt) })
 		wg.Go(func() { g.sweepLoop(lctx, rt) })
-		if rt.cfg.LoadReportSeconds > 0 { // lease.go
-			wg.Go(func() { every(lctx, nil, rt.cfg.LoadReportSeconds, func() { g.ReportLoads(lctx) }) })
+		if rt.cfg.LoadReportSeconds > 0 { // loadsched.go
+			g.startScrapeWorkers(ctx, &scrapers)
+			wg.Go(func() { g.scrapeLoop(lctx, rt) })
+		} else {
+			g.scrape.reset() // turned on again later, no report is older than that
 		}
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,366 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentserve/sessionaffinity/affinity"
+	"github.com/agentserve/sessionaffinity/health"
+)
+
+// The load scrape's bounds (load_report_seconds; decisions, documented in
+// docs/load-aware.md, "Load report scrapes"):
+const (
+	// scrapeWorkers scrape the backends whose last scrape succeeded and the new ones;
+	// scrapeFailingWorkers those whose last scrape failed (an error, a timeout, a page
+	// without the gauges). 16 scrapes at most at once, and backends that fail (a port
+	// that accepts and never answers holds a worker for the whole health timeout) never
+	// take the workers of those that answer.
+	scrapeWorkers        = 12
+	scrapeFailingWorkers = 4
+	// scrapeWakes is how many times per interval the scrape loop looks for the backends
+	// due: each backend is scraped every load_report_seconds, up to a tenth later.
+	scrapeWakes = 10
+	// staleIntervals: a backend's report is stale once its last successful scrape (or,
+	// never scraped, its addition or return from Down) is older than this many
+	// load_report_seconds.
+	staleIntervals = 3
+	// staleLogIDs bounds the backend IDs one stale or fresh log line lists.
+	staleLogIDs = 20
+)
+
+// MetricLoadReportsStale is the number of configured backends, not Down, whose load
+// report is stale: the last successful scrape of their /metrics (load_report_seconds) is
+// older than 3 intervals. No labels; 0 with load reports off.
+const MetricLoadReportsStale = "agentserve_gateway_load_reports_stale"
+
+// loadScraper is the state of the load scrape, kept across reloads: each backend's
+// schedule and the age of its report. Backends are keyed by ID; a changed URL starts
+// afresh.
+type loadScraper struct {
+	mu      sync.Mutex
+	byID    map[string]*scrapeEntry
+	sched   *affinity.Scheduler // the Scheduler the reports went to: a new one has none
+	queue   [2][]string         // due backends: [0] last scrape fine or none, [1] last one failed
+	wake    [2]chan struct{}    // a send per enqueue (buffered 1)
+	started bool                // the workers run (under Run)
+
+	newStale, newFresh []string  // to log (rate-limited)
+	warnedAt, freshAt  time.Time // when those lines were last logged
+	staleNow           int       // entries with stale set (the metric)
+	lastErr            map[string]string
+}
+
+type scrapeEntry struct {
+	url     string
+	next    time.Time // due from then on
+	since   time.Time // last successful report, or when first seen or back from Down
+	failing bool      // the last scrape failed: the failing workers take it
+	busy    bool      // queued or being scraped
+	down    bool      // Down at the last pass: not scraped, report cleared
+	stale   bool      // reported stale (Warn) and not fresh since
+}
+
+func (s *loadScraper) init() {
+	if s.byID == nil {
+		s.byID = make(map[string]*scrapeEntry)
+		s.lastErr = make(map[string]string)
+		s.wake = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
+	}
+}
+
+// reset forgets every backend's schedule and report age (load reports turned off).
+func (s *loadScraper) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, e := range s.byID {
+		s.drop(id, e)
+	}
+	s.queue = [2][]string{}
+	s.newStale, s.newFresh = nil, nil
+}
+
+// scrapeLoop runs the load scrape of one Run generation: a pass at once (a reload
+// does not delay the backends that are due, and new backends are scraped at once),
+// then one every load_report_seconds / scrapeWakes (or on each test tick).
+func (g *Gateway) scrapeLoop(ctx context.Context, rt *routing) {
+	g.scrapePass(rt)
+	ticks := g.opts.loadTicks
+	if ticks == nil {
+		t := time.NewTicker(max(duration(rt.cfg.LoadReportSeconds)/scrapeWakes, time.Millisecond))
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+			g.scrapePass(rt)
+		}
+	}
+}
+
+// startScrapeWorkers starts the workers once per Run (they outlive its reloads, so a
+// reload neither cancels a scrape in flight nor clears the reports still to come).
+func (g *Gateway) startScrapeWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	s := &g.scrape
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.init()
+	s.started = true
+	for class, n := range [2]int{scrapeWorkers, scrapeFailingWorkers} {
+		for range n {
+			wg.Go(func() { g.scrapeWorker(ctx, class) })
+		}
+	}
+	wg.Go(func() {
+		<-ctx.Done()
+		s.mu.Lock()
+		s.started = false
+		s.queue = [2][]string{}
+		for _, e := range s.byID {
+			e.busy = false
+		}
+		s.mu.Unlock()
+	})
+}
+
+// scrapePass drops the backends rt no longer has, and queues each backend that is due
+// and not Down; it marks stale reports and logs them (rate-limited). O(backends).
+func (g *Gateway) scrapePass(rt *routing) {
+	s := &g.scrape
+	now := g.now()
+	every := duration(rt.cfg.LoadReportSeconds)
+	var clear []string
+	s.mu.Lock()
+	s.init()
+	if s.sched != rt.sched { // a new Scheduler holds no reports: scrape everything now
+		s.sched = rt.sched
+		for _, e := range s.byID {
+			e.next = time.Time{}
+		}
+	}
+	for id, e := range s.byID {
+		if rt.byID[id] == nil {
+			s.drop(id, e)
+		}
+	}
+	queued := [2]bool{}
+	for _, b := range rt.backends {
+		url := b.url.String()
+		e := s.byID[b.id]
+		if e == nil || e.url != url {
+			if e != nil {
+				s.drop(b.id, e)
+			}
+			e = &scrapeEntry{url: url, since: now}
+			s.byID[b.id] = e
+		}
+		if rt.sched.Health().State(b.id) == health.Down { // active check or ejection
+			if !e.down {
+				e.down = true
+				s.setStale(e, false)
+				clear = append(clear, b.id)
+			}
+			continue
+		}
+		if e.down { // back: scrape at once, its age counts from now
+			e.down, e.since, e.next = false, now, time.Time{}
+		}
+		if !e.stale && now.Sub(e.since) > staleIntervals*every {
+			s.setStale(e, true)
+			s.newStale = append(s.newStale, b.id)
+		}
+		if !e.busy && !now.Before(e.next) && s.started {
+			e.busy, e.next = true, now.Add(every)
+			c := 0
+			if e.failing {
+				c = 1
+			}
+			s.queue[c] = append(s.queue[c], b.id)
+			queued[c] = true
+		}
+	}
+	stale, fresh := s.takeLogs(now, every)
+	s.mu.Unlock()
+	for c, q := range queued {
+		if q {
+			select {
+			case s.wake[c] <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for _, id := range clear {
+		_ = rt.sched.ReportLoad(id, affinity.BackendLoad{}) // Down: its old queue is no guide on its return
+	}
+	if len(stale) > 0 {
+		g.log.Warn("backend load reports stale: placement reads their last report, or none",
+			"backends", stale[:min(len(stale), staleLogIDs)], "count", len(stale), "older_than", staleIntervals*every, "last_error", s.errorsOf(stale))
+	}
+	if len(fresh) > 0 {
+		g.log.Info("backend load reports fresh again", "backends", fresh[:min(len(fresh), staleLogIDs)], "count", len(fresh))
+	}
+}
+
+// drop forgets a backend removed (or whose URL changed); a scrape in flight for it
+// finds no entry and is not reported. Under s.mu.
+func (s *loadScraper) drop(id string, e *scrapeEntry) {
+	s.setStale(e, false)
+	delete(s.byID, id)
+	delete(s.lastErr, id)
+}
+
+// setStale sets e.stale and keeps the count in step. Under s.mu.
+func (s *loadScraper) setStale(e *scrapeEntry, v bool) {
+	if e.stale != v {
+		e.stale = v
+		if v {
+			s.staleNow++
+		} else {
+			s.staleNow--
+		}
+	}
+}
+
+// takeLogs returns the backends newly stale and fresh again to log, at most one line of
+// each per interval, each listing at most staleLogIDs IDs (count gives them all); those
+// no longer in that state by then are left out. Under s.mu.
+func (s *loadScraper) takeLogs(now time.Time, every time.Duration) (stale, fresh []string) {
+	take := func(ids *[]string, at *time.Time, want bool) []string {
+		if len(*ids) == 0 || (!at.IsZero() && now.Sub(*at) < every) {
+			return nil
+		}
+		var out []string
+		seen := make(map[string]bool, len(*ids))
+		for _, id := range *ids { // an ID twice: stale, fresh and stale again meanwhile
+			if e := s.byID[id]; e != nil && e.stale == want && !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+		*ids = (*ids)[:0]
+		if len(out) > 0 {
+			*at = now
+		}
+		return out
+	}
+	return take(&s.newStale, &s.warnedAt, true), take(&s.newFresh, &s.freshAt, false)
+}
+
+// errorsOf returns the last scrape error of the first staleLogIDs of ids.
+func (s *loadScraper) errorsOf(ids []string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]string)
+	for _, id := range ids[:min(len(ids), staleLogIDs)] {
+		if err, ok := s.lastErr[id]; ok {
+			out[id] = err
+		}
+	}
+	return out
+}
+
+// scrapeWorker scrapes the backends of its class's queue until ctx is done.
+func (g *Gateway) scrapeWorker(ctx context.Context, class int) {
+	s := &g.scrape
+	for {
+		s.mu.Lock()
+		var id string
+		if q := s.queue[class]; len(q) > 0 {
+			id, s.queue[class] = q[0], q[1:]
+			if len(s.queue[class]) > 0 { // pass the wake-up on
+				select {
+				case s.wake[class] <- struct{}{}:
+				default:
+				}
+			}
+		}
+		s.mu.Unlock()
+		if id == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake[class]:
+				continue
+			}
+		}
+		rt := g.state()
+		b := rt.byID[id]
+		if b == nil {
+			s.mu.Lock()
+			if e := s.byID[id]; e != nil {
+				e.busy = false
+			}
+			s.mu.Unlock()
+			continue
+		}
+		l, err := g.scrapeLoad(ctx, b)
+		if ctx.Err() != nil { // Run is over: the report is left as it was
+			return
+		}
+		g.recordScrape(b, l, err, true)
+	}
+}
+
+// recordScrape reports a scrape of b to the current Scheduler (a failed one clears the
+// report, as before) and updates b's schedule entry, unless b was removed or its URL
+// changed meanwhile (the result is dropped). worker: the scrape was the entry's own
+// (queued by a pass), not one of ReportLoads.
+func (g *Gateway) recordScrape(b *backend, l affinity.BackendLoad, err error, worker bool) {
+	s := &g.scrape
+	now := g.now()
+	url := b.url.String()
+	s.mu.Lock()
+	s.init()
+	e := s.byID[b.id]
+	if e != nil && e.url != url {
+		s.mu.Unlock()
+		return
+	}
+	if e != nil {
+		if worker {
+			e.busy = false
+		}
+		e.failing = err != nil
+		if err == nil {
+			e.since = now
+			delete(s.lastErr, b.id)
+			if e.stale {
+				s.setStale(e, false)
+				s.newFresh = append(s.newFresh, b.id)
+			}
+		} else {
+			s.lastErr[b.id] = err.Error()
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		g.log.Debug("backend load report failed", "backend", b.id, "err", err)
+	}
+	if err := g.state().sched.ReportLoad(b.id, l); err != nil {
+		g.log.Warn("backend load report rejected", "backend", b.id, "err", err)
+	}
+}
+
+// registerScrapeMetrics registers [MetricLoadReportsStale].
+func (g *Gateway) registerScrapeMetrics() error {
+	return g.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: MetricLoadReportsStale,
+		Help: "Configured backends, not Down, whose last successful load report scrape (load_report_seconds) is older than 3 intervals.",
+	}, func() float64 {
+		g.scrape.mu.Lock()
+		defer g.scrape.mu.Unlock()
+		if g.state().cfg.LoadReportSeconds <= 0 {
+			return 0
+		}
+		return float64(g.scrape.staleNow)
+	}))
+}
