@@ -359,7 +359,10 @@
 // the backend it goes to: no decision, nothing stored, moved, broken or counted; it is
 // reported as Outcome "miss" and AffinityHit false; a retry after an ejection is placed again on the request's own tier (usually a miss: the
 // ejection broke the binding). With load_report_seconds > 0, [Gateway.Run] also reads each backend's
-// vLLM queue gauges ([Gateway.ReportLoads]). A lease belongs to the Scheduler that made
+// vLLM queue gauges (as [Gateway.ReportLoads] does), each backend on its own schedule,
+// at most 16 at once, Down backends skipped, schedules and reports kept across reloads,
+// and a report older than 3 intervals logged at Warn and counted by
+// [MetricLoadReportsStale] (docs/load-aware.md, "Load report scrapes"). A lease belongs to the Scheduler that made
 // it: after a reload that replaces the Scheduler (a changed affinity block), requests
 // already in flight (and their retries) lease and release their load on the old one.
 // [MetricOutstandingRequests] and [MetricOutstandingCost] still count them until they
@@ -381,8 +384,8 @@
 // only), the per-backend outstanding load ([MetricOutstandingRequests],
 // [MetricOutstandingCost], same label plus removed backends still draining requests), [MetricRequests] by code_class and source, the
 // gateway's own in-flight figures against limits.max_inflight_* ([MetricInflightRequests],
-// [MetricInflightBytes], no labels: what [Gateway.InFlight] returns), and the Go and
-// process collectors.
+// [MetricInflightBytes], no labels: what [Gateway.InFlight] returns),
+// [MetricLoadReportsStale] (no labels), and the Go and process collectors.
 // With `metrics: {exporter: otel}` the affinity counters are recorded by the
 // metrics/otel adapter on an OpenTelemetry SDK MeterProvider whose only reader is the
 // OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):
