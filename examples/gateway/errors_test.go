@@ -98,7 +98,6 @@ func TestBackendErrorShowsNoAddress(t *testing.T) {
 	stalled := requestServer(t, func(c net.Conn, _ *http.Request) { _, _ = io.Copy(io.Discard, c) })
 	dead := httptest.NewServer(http.NotFoundHandler())
 	refused := dead.URL
-	dead.Close()
 	tests := []struct {
 		name   string
 		url    string
@@ -112,6 +111,9 @@ func TestBackendErrorShowsNoAddress(t *testing.T) {
 			http.StatusBadGateway, "malformed response"},
 		{"timed out", stalled, http.StatusGatewayTimeout, "timed out: sent no response headers within 50ms"},
 	}
+	// Closed only once the table's servers are bound: closed first, its port was once given
+	// to the "malformed" server, which then answered the "refused" case.
+	dead.Close()
 	for _, client := range []string{"direct", "nethttp"} {
 		for _, tt := range tests {
 			t.Run(client+"/"+tt.name, func(t *testing.T) {
