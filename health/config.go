@@ -40,9 +40,10 @@ type ProbeConfig struct {
 	// [ErrInvalidProbeConfig]: a space or control byte made every probe fail, so every
 	// target went Down at once. Default "/health".
 	Path string `yaml:"path" json:"path"`
-	// IntervalSeconds is the time between the starts of two probe rounds, in seconds.
-	// Default 5. A round that takes longer than the interval delays the next one, which
-	// then starts as soon as it ends; the other missed ticks are dropped, never queued.
+	// IntervalSeconds is the time between the starts of two probes of a target, in
+	// seconds. Default 5. [Prober.Run] spreads the targets' probes across it (see there);
+	// a probe still in flight when its target is due again makes that next probe be
+	// dropped, never queued. With [WithTicks], it is unused (the ticks start the rounds).
 	IntervalSeconds float64 `yaml:"interval_seconds" json:"interval_seconds"`
 	// TimeoutSeconds bounds each probe request (connect, headers and body), in seconds;
 	// a probe that times out is a failure. Default 2.

@@ -40,9 +40,10 @@ func WithHTTPClient(c *http.Client) ProberOption {
 	})
 }
 
-// WithTicks makes [Prober.Run] start a round on every value received from ticks instead
-// of on its own interval ticker (for tests and for callers that schedule rounds). nil
-// means the default ticker.
+// WithTicks makes [Prober.Run] start a full round (every target at once, as
+// [Prober.ProbeOnce]) on every value received from ticks instead of following its own
+// spread schedule (see [Prober.Run]): for tests and for callers that schedule rounds.
+// nil means the default schedule.
 func WithTicks(ticks <-chan time.Time) ProberOption {
 	return proberOptionFunc(func(p *Prober) { p.ticks = ticks })
 }
@@ -71,8 +72,9 @@ func WithObserver(fn func(Transition)) ProberOption {
 //
 // Typical use: WithReporter(scheduler.Observe), or a func calling [Set.Observe] — both
 // record observations and never end an operator's drain. Reporters are called one at a
-// time, in target order within a round and in round order, on the goroutine running the
-// round, after the round's results are applied and outside the locks that guard them; a
+// time, in target order within a batch of results (a round, or a step of Run's schedule)
+// and in the order the batches are applied, on the goroutine that applies the batch,
+// after its results are applied and outside the locks that guard them; a
 // reporter must not call [Prober.ProbeOnce] (it would wait for itself). With several
 // WithReporter options each verdict goes to all of them in option order. nil is ignored.
 func WithReporter(fn func(id string, healthy bool)) ProberOption {
@@ -90,7 +92,8 @@ func WithReporter(fn func(id string, healthy bool)) ProberOption {
 // them Down already). IDs that are not targets are ignored; several WithStartDown
 // options add up. For replacing a Prober without losing which targets it held Down: pass
 // the old one's Down targets (Prober.State), so that a reload of the health settings
-// does not declare a dead backend healthy.
+// does not declare a dead backend healthy; [WithStateFrom] does that and also keeps the
+// counts and the schedule, and overrides WithStartDown for the targets it carries.
 func WithStartDown(ids ...string) ProberOption {
 	ids = slices.Clone(ids)
 	return proberOptionFunc(func(p *Prober) { p.startDown = append(p.startDown, ids...) })
@@ -103,16 +106,28 @@ func WithStartDown(ids ...string) ProberOption {
 // success; any other status, a transport error (e.g. connection refused) or a timeout is a
 // failure. The Prober never reports Draining: drains are operator intent, kept by [Set].
 //
-// Replacing a Prober (configuration reload, restart of the checker): give the new one a
-// [WithReporter] wired to the same receiver and call [Set.Retain] with its target IDs;
-// the receiver then converges to the new Prober's view (see WithReporter). To keep the
-// targets the old one held Down from being reported healthy after a single success,
-// start the new one with [WithStartDown] of them: they rise after SuccessThreshold. [WithObserver]
-// transitions start from "all Healthy" and are kept for compatibility.
+// [Prober.Run] spreads the probes: each target is probed once per interval at its own
+// offset within the interval (a stable hash of its ID), so that thousands of targets do
+// not all open connections at the same instant.
 //
-// It starts no goroutine of its own outside [Prober.Run] and [Prober.ProbeOnce], and those
-// join every goroutine they start before returning. Rounds are serialized: concurrent
-// calls of ProbeOnce or Run take turns. All methods are safe for concurrent use.
+// Replacing a Prober (configuration reload, restart of the checker): build the new one
+// with [WithStateFrom] of the old one, which carries over, for the targets that stay
+// (same ID and probe URL), their state, their consecutive counts and their schedule, and
+// retires the old one; then stop the old one's Run and start the new one's. Without it,
+// give the new one a [WithReporter] wired to the same receiver and call [Set.Retain] with
+// its target IDs; the receiver then converges to the new Prober's view (see
+// WithReporter); to keep the targets the old one held Down from being reported healthy
+// after a single success, start the new one with [WithStartDown] of them: they rise
+// after SuccessThreshold. But every target then starts its failure count again, so
+// replacing the Prober faster than FailureThreshold intervals would never let a dead
+// target go Down. [WithObserver] transitions start from "all Healthy" (or from the
+// carried states) and are kept for compatibility.
+//
+// It starts no goroutine of its own outside [Prober.Run], [Prober.ProbeOnce] and
+// [Prober.ProbeDue], and those join every goroutine they start before returning.
+// Results are applied one batch at a time (a ProbeOnce round, or the targets one step of
+// Run's schedule started), in target order within a batch; ProbeOnce rounds take turns.
+// All methods are safe for concurrent use.
 type Prober struct {
 	cfg       resolved
 	targets   []probeTarget
@@ -121,17 +136,24 @@ type Prober struct {
 	observers []func(Transition)
 	reporters []func(id string, healthy bool)
 	startDown []string // WithStartDown: applied by NewProber
+	from      *Prober  // WithStateFrom: taken over by NewProber
 	states    Set      // mirror of the targets' states; delivers observer calls
 
-	roundMu  sync.Mutex // serializes rounds; guards targets[i].fails/succs/state/known
+	onceMu   sync.Mutex // serializes ProbeOnce rounds
+	roundMu  sync.Mutex // guards targets[i]'s mutable fields and retired
 	reportMu sync.Mutex // serializes reporter calls, taken before roundMu is released
+	retired  bool       // a newer Prober took over the state (WithStateFrom): apply nothing
 }
 
 type probeTarget struct {
 	id, url      string
+	phase        time.Duration // offset of its probes within the interval (schedule.go)
 	fails, succs int
 	state        State
-	known        bool // the target has a verdict (reported to reporters)
+	known        bool      // the target has a verdict (reported to reporters)
+	next         time.Time // when Run probes it next; zero: at once
+	busy         bool      // a probe Run started is in flight
+	launchedFor  time.Time // the due time of that probe: due again if it is not counted
 }
 
 // verdict is one report for the reporters.
@@ -173,8 +195,9 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 				ErrInvalidTarget, t.ID, RedactURL(t.URL))
 		}
 		p.targets = append(p.targets, probeTarget{
-			id:  t.ID,
-			url: strings.TrimSuffix(t.URL, "/") + rc.path,
+			id:    t.ID,
+			url:   strings.TrimSuffix(t.URL, "/") + rc.path,
+			phase: phaseOf(t.ID, rc.interval),
 		})
 	}
 	for _, o := range opts {
@@ -195,6 +218,10 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 		}
 	}
 	p.startDown = nil
+	if p.from != nil {
+		p.takeOver(p.from)
+		p.from = nil
+	}
 	for _, fn := range p.observers {
 		p.states.Subscribe(fn)
 	}
@@ -205,61 +232,64 @@ func NewProber(cfg ProbeConfig, targets []Target, opts ...ProberOption) (*Prober
 // Lock-free, 0 allocs.
 func (p *Prober) State(id string) State { return p.states.State(id) }
 
-// Run probes every target once immediately, then once per tick (every IntervalSeconds,
-// or per value from [WithTicks]), in the calling goroutine, until ctx is done. It returns
-// nil when ctx is done (cancellation is the normal way to stop) or when the [WithTicks]
-// channel is closed; it never returns another error. A round in progress when ctx is done
-// is cut short (its requests are cancelled and not counted) and joined before Run
-// returns: no goroutine outlives Run.
-func (p *Prober) Run(ctx context.Context) error {
-	ticks := p.ticks
-	if ticks == nil {
-		t := time.NewTicker(p.cfg.interval)
-		defer t.Stop()
-		ticks = t.C
-	}
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		p.ProbeOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-ticks:
-			if !ok {
-				return nil
-			}
-		}
-	}
-}
-
 // ProbeOnce runs one synchronous round: every target is probed in its own goroutine, all
 // are joined, then results are applied in target order and the resulting transitions are
 // delivered to observers (outside the Prober's locks) before ProbeOnce returns — unless
 // another goroutine is delivering, which then delivers them in order. Probes that fail
 // because ctx is done are not counted. A round takes at most about TimeoutSeconds (plus
-// the wait for a round already running). Cost: one goroutine and one HTTP request per
-// target, joined before it returns; allocates.
+// the wait for a ProbeOnce round already running: ProbeOnce rounds take turns). It is
+// independent of Run's schedule: it does not move a target's next scheduled probe, and a
+// probe Run started may complete during the round (each result is applied as it
+// completes). A Prober another one took over ([WithStateFrom]) probes nothing. Cost: one
+// goroutine and one HTTP request per target, joined before it returns; allocates.
 func (p *Prober) ProbeOnce(ctx context.Context) {
+	p.onceMu.Lock()
+	defer p.onceMu.Unlock()
 	p.roundMu.Lock()
-	ok, counted := p.probeAll(ctx)
+	idx := make([]int, 0, len(p.targets))
+	if !p.retired {
+		for i := range p.targets {
+			idx = append(idx, i)
+		}
+	}
+	p.roundMu.Unlock()
+	ok, counted := p.probeAll(ctx, idx)
+	p.apply(idx, ok, counted, false)
+}
+
+// apply records the results of the targets idx (ok[k] and counted[k] for idx[k]) in
+// that order, then calls the reporters and delivers the transitions outside roundMu.
+// scheduled: the probes were started by Run's schedule (their busy flags are cleared,
+// and an uncounted one is due again). A retired Prober applies nothing.
+func (p *Prober) apply(idx []int, ok, counted []bool, scheduled bool) {
+	p.roundMu.Lock()
+	if p.retired {
+		p.roundMu.Unlock()
+		return
+	}
 	turn := false
 	var verdicts []verdict
-	for i := range p.targets {
-		if !counted[i] {
+	for k, i := range idx {
+		t := &p.targets[i]
+		if scheduled {
+			t.busy = false
+			if !counted[k] {
+				t.next = t.launchedFor
+			}
+		}
+		if !counted[k] {
 			continue
 		}
-		to, report := p.targets[i].record(ok[i], p.cfg)
+		to, report := t.record(ok[k], p.cfg)
 		if !report {
 			continue
 		}
 		if len(p.reporters) > 0 {
-			verdicts = append(verdicts, verdict{p.targets[i].id, to == Healthy})
+			verdicts = append(verdicts, verdict{t.id, to == Healthy})
 		}
 		down := to == Down
-		_, _, t := p.states.update(p.targets[i].id, func(entry) entry { return makeEntry(down, false) })
-		turn = turn || t
+		_, _, tr := p.states.update(t.id, func(entry) entry { return makeEntry(down, false) })
+		turn = turn || tr
 	}
 	p.reportMu.Lock()
 	p.roundMu.Unlock()
@@ -274,18 +304,19 @@ func (p *Prober) ProbeOnce(ctx context.Context) {
 	}
 }
 
-// probeAll probes every target in parallel and joins them. ok[i] is the result of target
-// i; counted[i] is false for a failure caused by ctx being done.
-func (p *Prober) probeAll(ctx context.Context) (ok, counted []bool) {
-	ok = make([]bool, len(p.targets))
-	counted = make([]bool, len(p.targets))
+// probeAll probes the targets idx in parallel and joins them. ok[k] is the result of
+// target idx[k]; counted[k] is false for a failure caused by ctx being done. The URLs
+// are immutable: no lock is needed to read them.
+func (p *Prober) probeAll(ctx context.Context, idx []int) (ok, counted []bool) {
+	ok = make([]bool, len(idx))
+	counted = make([]bool, len(idx))
 	var wg sync.WaitGroup
-	for i := range p.targets {
+	for k, i := range idx {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok[i] = p.probe(ctx, p.targets[i].url)
-			counted[i] = ok[i] || ctx.Err() == nil
+			ok[k] = p.probe(ctx, p.targets[i].url)
+			counted[k] = ok[k] || ctx.Err() == nil
 		}()
 	}
 	wg.Wait()
