@@ -15,13 +15,16 @@
 // call back into the Set.
 //
 // A [Prober] is for users without a health checker of their own: it sends GET URL+Path
-// (default "/health", which vLLM, SGLang and TGI serve) to every [Target] each interval
-// and turns FailureThreshold consecutive failures into Healthy -> Down and
-// SuccessThreshold consecutive successes into Down -> Healthy (defaults 3 and 2). It runs
-// in the caller's goroutine ([Prober.Run] until the context is done, or one round at a
-// time with [Prober.ProbeOnce]) and reports its verdicts to [WithReporter] callbacks (its
-// first verdict on every target, then every change, so a replacing Prober converges the
-// receiver to its own view) and its transitions to [WithObserver] callbacks.
+// (default "/health", which vLLM, SGLang and TGI serve) to every [Target] once per
+// interval, each at its own offset within the interval, and turns FailureThreshold
+// consecutive failures into Healthy -> Down and SuccessThreshold consecutive successes
+// into Down -> Healthy (defaults 3 and 2). It runs in the caller's goroutine
+// ([Prober.Run] until the context is done, one step of its schedule at a time with
+// [Prober.ProbeDue], or one full round with [Prober.ProbeOnce]) and reports its verdicts
+// to [WithReporter] callbacks (its first verdict on every target, then every change, so a
+// replacing Prober converges the receiver to its own view) and its transitions to
+// [WithObserver] callbacks. A replacing Prober built [WithStateFrom] the old one keeps the
+// targets' states, consecutive counts and schedule.
 // [Check], the one-shot GET a Prober runs per target and round, is exported for callers
 // that need a single check (e.g. re-checking a backend they marked Down themselves).
 //
@@ -40,8 +43,9 @@
 //	if err != nil { ... }
 //	go p.Run(ctx) // stops when ctx is done
 //	// operator: sched.OnBackendDraining("vllm-1") ... sched.Undrain("vllm-1")
-//	// reload: cancel ctx, sched.Health().Retain(newIDs), start a new Prober the same way,
-//	// plus health.WithStartDown(the IDs p.State reports Down) so they keep their rise checks
+//	// reload: np, err := health.NewProber(cfg, newTargets, health.WithReporter(sched.Observe),
+//	// health.WithStateFrom(p)) (keeps the states, counts and schedule of the targets that
+//	// stay, and retires p); cancel p's ctx, sched.Health().Retain(newIDs), go np.Run(ctx2)
 //
 // Users with their own health checker call the Scheduler's OnBackendDown/OnBackendUp
 // directly, or mark a [Set] and subscribe to it.

@@ -189,14 +189,18 @@
 //     are kept (cut to a shorter new TTL). A session whose first turn lands in the
 //     instant between the copy and the swap is bound by HRW, which is where a binding
 //     copied a moment later would not override it (a live binding wins).
-//   - A new prober (changed health settings, or backends while health.enabled) starts
-//     the backends the old one held Down (same ID and URL) Down: each comes back after
-//     success_threshold passing probes, logged as a "backend state change" like any
-//     other. Decision: otherwise every reload of the health settings declared dead
-//     backends healthy (until the passive check or failure_threshold failed rounds
-//     caught them again), without a log line. The others start Healthy; a backend held
-//     Down whose URL changed (another server) or, with health checks now disabled, every
-//     one held Down is marked up, with a "backend state change" line.
+//   - A new prober (changed health settings, or backends while health.enabled) takes
+//     over the old one's view of every backend that keeps its ID, URL and health.path
+//     (health.WithStateFrom): its state, its consecutive failure and success counts and
+//     its next probe time. So a dead backend goes Down after failure_threshold failed
+//     probes and a recovering one comes back after success_threshold passed ones however
+//     often the configuration is reloaded, and a reload probes only the backends it adds
+//     (at once), not every one. Decision: "the same backend" is the same probe request
+//     (ID, URL and path); anything else is another server and starts afresh. Before, each
+//     reload's prober started every backend not held Down Healthy with its count at 0,
+//     so a reload every few seconds kept a dead backend in rotation for good. A backend
+//     the old prober held Down whose URL changed (another server) or, with health checks
+//     now disabled, every one held Down is marked up, with a "backend state change" line.
 //   - A change of tenant scoping (turned on or off, tenant.header, tenant.api_key, the
 //     secret) changes every binding key, so each session is placed again on its next
 //     turn (a miss; a move where HRW picks another backend). The reload is applied and
@@ -272,7 +276,9 @@
 // Active: with health.enabled (the default: a config without a health block probes), a
 // [health.Prober] polls GET <url><health.path> on every backend and drives
 // [affinity.Scheduler.OnHealthChange] (failure_threshold consecutive failures -> Down,
-// success_threshold successes -> Healthy again).
+// success_threshold successes -> Healthy again). Each backend is probed once per
+// interval at its own offset within it, on a transport of the prober's own that keeps
+// one connection per backend from one probe to the next (docs/gateway-health.md).
 //
 // Passive (outlier.go, passive.go, progress.go, timeouts.go): outlier detection modelled
 // on Envoy's. A 5xx extends a backend's 5xx streak; a connection failure on a fresh

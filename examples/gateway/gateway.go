@@ -61,7 +61,8 @@ type Gateway struct {
 	metrics   http.Handler
 	proxy     *httputil.ReverseProxy
 	base      http.RoundTripper
-	ownedBase idleTransport // the transport New made (nil with WithTransport)
+	ownedBase idleTransport   // the transport New made (nil with WithTransport)
+	probeTr   *http.Transport // the active prober's own transport (probetransport.go); nil with WithTransport
 	checker   *http.Client
 	recheck   <-chan time.Time
 	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
@@ -188,7 +189,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	g.checker = &http.Client{Transport: g.base, Timeout: time.Duration(timeout * float64(time.Second)), CheckRedirect: noRedirect}
 
-	if rt.prober, err = g.newProber(rt); err != nil {
+	if rt.prober, err = g.newProber(rt, nil); err != nil {
 		return nil, err
 	}
 	g.rt.Store(rt)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
@@ -319,6 +320,17 @@ func (g *Gateway) onProbe(tr health.Transition) {
 func (g *Gateway) ProbeOnce(ctx context.Context) {
 	if p := g.state().prober; p != nil {
 		p.ProbeOnce(ctx)
+	}
+}
+
+// ProbeDue runs one step of the active prober's schedule at the time now
+// (health.Prober.ProbeDue): it probes the backends due by then — each backend is probed
+// once per interval at its own offset within it, a new one at once — and applies the
+// resulting transitions before it returns. For tests with a fake clock: [Gateway.Run]
+// follows the same schedule on the system clock. A no-op when health.enabled is false.
+func (g *Gateway) ProbeDue(ctx context.Context, now time.Time) {
+	if p := g.state().prober; p != nil {
+		p.ProbeDue(ctx, now)
 	}
 }
 

@@ -68,13 +68,16 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     and the outstanding-load gauges keep counting the old one's requests until they
 //     end (outstanding.go);
 //   - a health change (or a changed backend set or URL while health.enabled) builds a new
-//     prober, and [Gateway.Run] restarts its loops with the new intervals; a backend the
-//     old prober held Down (same ID and URL) starts Down in the new one
-//     (health.WithStartDown) and comes back after success_threshold passing probes, as
-//     it would have (the log's held_down lists them); so does a backend added back
+//     prober, and [Gateway.Run] restarts its loops with the new intervals; the new prober
+//     takes over (health.WithStateFrom) the state, consecutive failure and success counts
+//     and next probe time of every backend with the same ID, URL and health.path, so
+//     reloads neither restart the counts nor probe those backends at once (added ones
+//     are probed at once); a backend the old prober held Down stays Down and comes back
+//     after success_threshold passing probes, as it would have (the log's held_down
+//     lists what the new prober holds Down); so is a backend added back
 //     with the URL it had when an earlier reload removed it while the active check held
 //     it Down (a configuration rolled back; the last 256 such removals are remembered),
-//     with a "backend state change" line; every other backend starts Healthy. A backend the old prober held Down whose URL changed, or every one when
+//     with a "backend state change" line; every other added backend starts Healthy. A backend the old prober held Down whose URL changed, or every one when
 //     health checks are disabled (nothing would lift the mark), is marked up, with a
 //     "backend state change" line;
 //   - a change of `listen` or `admin_listen`, or of a setting the listener, the http.Server or the backend
@@ -161,9 +164,6 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 				}
 			}
 		}
-		if rt.prober, err = g.newProber(rt, heldDown...); err != nil {
-			return err
-		}
 	}
 
 	moved := 0
@@ -172,6 +172,21 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		if moved, copied, err = copyBindings(old.sched, rt.sched); err != nil {
 			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
 		}
+	}
+	if newProber { // last step that can fail: the new prober retires the old one
+		if rt.prober, err = g.newProber(rt, old.prober, heldDown...); err != nil {
+			return err
+		}
+		// What the new prober holds Down after taking over (the old one may have marked a
+		// backend Down since heldDown was read): the log's held_down.
+		heldDown = nil
+		for _, b := range rt.backends {
+			if rt.prober != nil && rt.prober.State(b.id) == health.Down {
+				heldDown = append(heldDown, b.id)
+			}
+		}
+	}
+	if migrate {
 		rt.life = &schedLife{sched: rt.sched}
 	} else {
 		rt.life = old.life
@@ -220,8 +235,8 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		// after success_threshold probes, logged by onProbe). With health disabled there
 		// is no prober to lift the mark, and a changed URL is another server: mark it up
 		// (logged). Ejected backends stay down until their ejection ends.
-		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down && !slices.Contains(heldDown, b.id) &&
-			!g.isPassive(b.id) {
+		if newProber && old.prober != nil && old.prober.State(b.id) == health.Down &&
+			(rt.prober == nil || rt.prober.State(b.id) != health.Down) && !g.isPassive(b.id) {
 			why := "reload: health checks disabled; nothing would lift the active check's Down"
 			if rt.prober != nil {
 				why = "reload: url changed; the new prober starts it healthy"

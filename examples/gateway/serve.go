@@ -252,6 +252,9 @@ func (g *Gateway) Close() {
 	if g.ownedBase != nil {
 		g.ownedBase.CloseIdleConnections()
 	}
+	g.reloadMu.Lock() // probeTr changes only under it
+	g.closeProbeIdle()
+	g.reloadMu.Unlock()
 	g.closeStore()
 }
 

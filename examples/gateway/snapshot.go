@@ -111,8 +111,11 @@ func newRouting(cfg Config) (*routing, error) {
 }
 
 // newProber builds the active prober of rt (nil when health.enabled is false). Its
-// transitions go to whichever Scheduler is current when they happen.
-func (g *Gateway) newProber(rt *routing, startDown ...string) (*health.Prober, error) {
+// transitions go to whichever Scheduler is current when they happen. With from (the
+// prober it replaces; nil at start), it takes over from's state, counts and schedule of
+// the backends that keep their ID, URL and health path, and retires from
+// (health.WithStateFrom): call it only when the reload can no longer fail.
+func (g *Gateway) newProber(rt *routing, from *health.Prober, startDown ...string) (*health.Prober, error) {
 	if !rt.cfg.healthEnabled() {
 		return nil, nil
 	}
@@ -122,13 +125,16 @@ func (g *Gateway) newProber(rt *routing, startDown ...string) (*health.Prober, e
 	}
 	popts := []health.ProberOption{
 		health.WithObserver(g.onProbe), // applies to whichever Scheduler is current
-		health.WithHTTPClient(&http.Client{Transport: g.probeTransport(rt, g.base), CheckRedirect: noRedirect}),
+		health.WithHTTPClient(&http.Client{Transport: g.probeTransport(rt, g.probeBase(rt)), CheckRedirect: noRedirect}),
 	}
 	if g.opts.probeTicks != nil {
 		popts = append(popts, health.WithTicks(g.opts.probeTicks))
 	}
 	if len(startDown) > 0 {
 		popts = append(popts, health.WithStartDown(startDown...))
+	}
+	if from != nil {
+		popts = append(popts, health.WithStateFrom(from))
 	}
 	p, err := health.NewProber(rt.cfg.Health.ProbeConfig, targets, popts...)
 	if err != nil {
