@@ -9,10 +9,14 @@ import (
 )
 
 // probeMaxIdlePerHost is how many idle connections the probe transport keeps per
-// backend address: one is enough when each backend has its own address (one probe per
-// interval); a second covers backends that share an address (several path prefixes on
-// one server) and whose probes overlap.
-const probeMaxIdlePerHost = 2
+// backend address. One is enough when each backend has its own address (one probe per
+// interval), and an address only holds as many idle connections as it had probes at
+// once, so the cap costs nothing there. It matters for backends that share an address
+// (path prefixes on one server): their probes are spread over 128 slots of the interval,
+// so about n/128 of n such backends are probed at once. Measured (1,000 targets on one
+// server, 2-s interval, 7 s): a cap of 2 dialled 3,032 connections for 4,000 probes, 16
+// dialled 1,000 (the first round's, all at once) and reused them after.
+const probeMaxIdlePerHost = 16
 
 // probeBase returns the transport the active prober of rt sends its probes on: the
 // [WithTransport] one when given; else a transport of the prober's own, so that probes
