@@ -90,7 +90,7 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		return Decision{}, &RequestError{http.StatusBadRequest, "invalid_path", err}
 	}
 	rt := g.pin() // until the lease is taken (outstanding.go)
-	defer rt.life.users.Add(-1)
+	defer rt.unpin()
 	model, _, err := parseModel(r, body)
 	if err != nil {
 		status, code := bodyStatus(err)

@@ -151,8 +151,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.closeStore()
 		return nil, err
 	}
-	rt.life = &schedLife{sched: rt.sched}
-	rt.life.addIDs(rt)
+	rt.life = newLife(rt.sched, rt)
 	g.applyDrains(nil, rt)
 	observeBindings(func() int { return g.state().sched.Len() })
 	if rt.tenants != nil && rt.tenants.secret == nil {

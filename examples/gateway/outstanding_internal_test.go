@@ -49,7 +49,7 @@ func TestRetiredSchedulerKeptWhileBusy(t *testing.T) {
 	st := &route{rt: rt, key: "k"}
 	_, _, err := st.choose() // it leases on its own (retired) Scheduler
 	require.NoError(t, err)
-	rt.life.users.Add(-1)
+	rt.unpin()
 	assert.Len(t, g.pruneRetired(), 1, "leased: kept")
 
 	st.release(usage{}, nil)
@@ -61,11 +61,17 @@ func TestRetiredSchedulerKeptWhileBusy(t *testing.T) {
 		assert.Zero(t, g.retired.len(), "reload %d: nothing in flight, nothing kept", i)
 	}
 	before := g.state().life
+	pinned := g.pin() // a request on the snapshot with both backends, not leased yet
 	c := cfg(249)
 	c.Backends = c.Backends[:1]
 	require.NoError(t, g.Reload(c))
 	assert.Same(t, before, g.state().life, "the same Scheduler, the same life")
-	assert.ElementsMatch(t, []string{"a", "b"}, before.backendIDs(), "its leases may be on either backend")
+	assert.ElementsMatch(t, []string{"a", "b"}, before.backendIDs(), "the pinned request may still lease on either backend")
+	pinned.unpin()
+	c.Backends = append(c.Backends, BackendConfig{ID: "c", URL: "http://c.test"})
+	require.NoError(t, g.Reload(c))
+	assert.Same(t, before, g.state().life)
+	assert.ElementsMatch(t, []string{"a", "c"}, before.backendIDs(), "b: no pin, no lease, not configured: dropped")
 }
 
 func anys[T any](s []T) []any {
@@ -113,7 +119,7 @@ func TestRetiringUnderConcurrentReloads(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	assert.Empty(t, g.pruneRetired())
-	assert.Zero(t, g.state().life.users.Load(), "no pin left")
+	assert.Zero(t, g.state().pins.Load(), "no pin left")
 	for _, b := range g.state().backends {
 		assert.Zero(t, g.state().sched.Load(b.id).Requests)
 	}

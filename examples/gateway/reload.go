@@ -187,11 +187,10 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		}
 	}
 	if migrate {
-		rt.life = &schedLife{sched: rt.sched}
+		rt.life = newLife(rt.sched, rt)
 	} else {
 		rt.life = old.life
 	}
-	rt.life.addIDs(rt)
 	for _, id := range backDown { // Down before the first request can pick it
 		from := rt.sched.Health().State(id)
 		rt.sched.OnBackendDown(id)
@@ -205,6 +204,7 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		g.retired.add(old.life) // its requests in flight still count in the load gauges
 	}
 	g.rt.Store(rt)
+	rt.life.prune(rt) // after the store: a request on a snapshot it drops has unpinned (pin)
 	g.pruneRetired()
 	if migrate { // bindings made on the old scheduler while the copy ran
 		moved += copyLateBindings(old.sched, rt.sched, copied)

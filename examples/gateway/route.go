@@ -48,7 +48,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// The route may outlive the request (an idle backend connection of the net/http
 		// client keeps its last request's context); the client's writer must not.
 		w.ResponseWriter = nil
-		rt.life.users.Add(-1) // last: no lease is taken after this (pin)
+		rt.unpin() // last: no lease is taken after this (pin)
 	}()
 	defer func() {
 		st.releaseBody()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
@@ -19,6 +20,7 @@ type routing struct {
 	cfg        Config
 	sched      *affinity.Scheduler
 	life       *schedLife     // sched's use, shared with the other snapshots on it (outstanding.go)
+	pins       *atomic.Int64  // requests pinning this snapshot (Gateway.pin); its own allocation, apart from the fields every request reads
 	prober     *health.Prober // nil: health.enabled is false
 	backends   []*backend
 	byID       map[string]*backend
@@ -47,6 +49,7 @@ type checkedHeader struct{ key, name string }
 func newRouting(cfg Config) (*routing, error) {
 	rt := &routing{
 		cfg:        cfg,
+		pins:       new(atomic.Int64),
 		byID:       make(map[string]*backend, len(cfg.Backends)),
 		byTier:     make(map[string][]affinity.Backend),
 		tierNodes:  make(map[string][]*backend),
