@@ -145,7 +145,9 @@ func (b *backendLoad) withReported(p *loadParams, l int64) int64 {
 // through idx; readers of the old one still find every backend it held). Inserting n
 // backends costs O(n) amortized (before, every first sight copied the whole index:
 // O(n²), 2 s for the first Acquire over 8,000 new candidates). Entries are never removed:
-// memory is O(distinct backend IDs ever seen).
+// memory is O(distinct backend IDs ever seen), about 235-245 bytes of live heap per ID
+// with 10-byte IDs, record, index share and ID string together (BenchmarkLoadRecordBytes:
+// 23 MB per 100,000 IDs).
 type loadTable struct {
 	idx atomic.Pointer[loadIndex]
 	mu  sync.Mutex // serializes writers
