@@ -9,7 +9,9 @@
 // Healthy, so only drained or observed-down IDs take memory; [Set.Retain] and
 // [Set.Forget] drop backends no longer configured. Lookups on the request path ([Set.State],
 // [Set.AllHealthy]) are lock-free and allocation-free: they read an immutable map through
-// an atomic pointer, which writers (rare: a health change) replace with a modified copy.
+// an atomic pointer, which writers (rare: a health change) replace with a modified copy:
+// O(IDs stored) per write, so k IDs marked one call at a time cost O(k²) (about 0.2 s
+// for 3,000, see [Set]); [Set.Retain] forgets any number in one write.
 // Every change of the effective state is reported as a [Transition] to subscribers
 // ([Set.Subscribe]), one at a time, in order, and outside any lock, so a subscriber may
 // call back into the Set.
