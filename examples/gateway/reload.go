@@ -228,8 +228,7 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 			}
 			g.outliers.forget(b.id)
 			g.probeCauses.forget(b.id)
-			rt.sched.Health().Forget(b.id)
-			continue
+			continue // its health state goes with the Retain below
 		}
 		// A backend the old prober held Down stays Down in the new one (heldDown: it rises
 		// after success_threshold probes, logged by onProbe). With health disabled there
@@ -247,6 +246,15 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 				g.logStateChange(b.id, from, to, why)
 			}
 		}
+	}
+	if len(removed) > 0 {
+		// One write for every removed backend: a Forget each copied the health set once
+		// per ID (O(n²) when a reload replaces many backends; health.Set.Retain).
+		ids := make([]string, len(rt.backends))
+		for i, b := range rt.backends {
+			ids[i] = b.id
+		}
+		rt.sched.Health().Retain(ids)
 	}
 	select { // restart Run's loops on the new state
 	case g.reloaded <- struct{}{}:
