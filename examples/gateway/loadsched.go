@@ -88,20 +88,7 @@ func (s *loadScraper) reset() {
 // then one every load_report_seconds / scrapeWakes (or on each test tick).
 func (g *Gateway) scrapeLoop(ctx context.Context, rt *routing) {
 	g.scrapePass(rt)
-	ticks := g.opts.loadTicks
-	if ticks == nil {
-		t := time.NewTicker(max(duration(rt.cfg.LoadReportSeconds)/scrapeWakes, time.Millisecond))
-		defer t.Stop()
-		ticks = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticks:
-			g.scrapePass(rt)
-		}
-	}
+	every(ctx, g.opts.loadTicks, max(rt.cfg.LoadReportSeconds/scrapeWakes, 0.001), func() { g.scrapePass(rt) })
 }
 
 // startScrapeWorkers starts the workers once per Run (they outlive its reloads, so a
