@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,7 +32,7 @@ func TestReloadProberKeepsDownBackendsDown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var healthy atomic.Bool
-			flaky := func() string { return flakyBackend(t, &healthy) }
+			flaky := func() string { return probedBackend(t, &healthy, nil) }
 			urls := append(jsonBackends(t, 1), flaky())
 			ids := []string{"b0", "b1"}
 			logger, logs := captureLogs()
@@ -81,7 +79,7 @@ func TestReloadAddedBackWhileDown(t *testing.T) {
 	for _, sameURL := range []bool{true, false} {
 		t.Run(map[bool]string{true: "same url", false: "other url"}[sameURL], func(t *testing.T) {
 			var healthy atomic.Bool
-			flaky := func() string { return flakyBackend(t, &healthy) }
+			flaky := func() string { return probedBackend(t, &healthy, nil) }
 			const hc = "health: {enabled: true, failure_threshold: 1, success_threshold: 2}\n"
 			urls := append(jsonBackends(t, 1), flaky())
 			ids := []string{"b0", "b1"}
@@ -115,20 +113,4 @@ func TestReloadAddedBackWhileDown(t *testing.T) {
 			assert.Equal(t, health.Healthy, state(), "back after success_threshold")
 		})
 	}
-}
-
-// flakyBackend is a JSON backend whose /health answers 503 until healthy is set; it
-// returns its URL and is closed at the test's end.
-func flakyBackend(t *testing.T, healthy *atomic.Bool) string {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" && !healthy.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{}`))
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
 }

@@ -25,7 +25,7 @@ func TestStateChangeLogLevels(t *testing.T) {
 	ids := []string{"b0", "b1"}
 	// withFlaky builds a gateway whose b1 answers its health check only while healthy.
 	withFlaky := func(t *testing.T, logs *records, healthy *atomic.Bool, edit func(*gateway.Config)) (*gateway.Gateway, []string) {
-		urls := append(jsonBackends(t, 1), flakyBackend(t, healthy))
+		urls := append(jsonBackends(t, 1), probedBackend(t, healthy, nil))
 		cfg := yamlConfig(t, urls, ids, []float64{1, 1}, hc)
 		edit(&cfg)
 		g, err := gateway.New(cfg, gateway.WithLogger(slog.New(logs)))
