@@ -126,6 +126,9 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // listener no longer accepts, as a probe there sees); while the snapshot loads, /readyz
 // is 503 {"status":"starting"}. If the admin address cannot be bound, Serve closes ln and
 // returns the error before loading anything. [Gateway.AdminAddr] tells the bound address.
+// Once every listener is bound (ln, and admin_listen when set), and not before, Serve
+// logs "gateway listening" at Info with the bound addresses (listen, admin_listen);
+// the binding snapshot loads after that line.
 //
 // It returns nil after a clean shutdown, the listener's error, or the error of saving
 // the snapshot (or of not saving it, as above).
@@ -139,6 +142,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	defer admin.close()
+	// Only now is every listener bound: a gateway that exits because admin_listen is
+	// taken has not claimed to listen (small2; it used to, as the command logged the
+	// main listener's line before Serve bound the admin one).
+	if admin != nil {
+		g.log.Info("gateway listening", "listen", ln.Addr().String(), "admin_listen", g.AdminAddr().String())
+	} else {
+		g.log.Info("gateway listening", "listen", ln.Addr().String())
+	}
 	loaded := g.state().cfg.BindingSnapshot
 	var keep error // loaded holds a file that must not be saved over
 	if loaded != "" {

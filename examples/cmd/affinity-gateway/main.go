@@ -133,7 +133,8 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("gateway: listen %s: %w", cfg.Listen, err)
 	}
-	logger.Info("gateway listening", "listen", ln.Addr().String()) // only once the address is bound
+	// Serve logs "gateway listening" once admin_listen is bound too: an exit because
+	// that address is taken must not have claimed to listen.
 	if err := g.Serve(ctx, ln); err != nil {
 		return err
 	}

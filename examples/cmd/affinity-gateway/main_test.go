@@ -112,24 +112,32 @@ func TestUsageNamesTheCommand(t *testing.T) {
 	require.Contains(t, out.String(), "-config")
 }
 
-// The startup line logs the effective health.enabled as a boolean, not a pointer.
+// The startup line logs the effective health.enabled as a boolean, not a pointer. The
+// address to bind is taken (listen, or admin_listen with listen free), so run logs the
+// startup line, fails to bind, and never says it is listening (small2: with admin_listen
+// taken it used to log "gateway listening" before it exited).
 func TestStartupLogShowsActiveHealthAsBool(t *testing.T) {
 	tests := []struct {
 		name, yaml, want string
+		adminTaken       bool
 	}{
-		{"unset means on", "", "active_health=true"},
-		{"on", "health: {enabled: true}\n", "active_health=true"},
-		{"off", "health: {enabled: false}\n", "active_health=false"},
+		{"unset means on", "", "active_health=true", false},
+		{"on", "health: {enabled: true}\n", "active_health=true", false},
+		{"off", "health: {enabled: false}\n", "active_health=false", false},
+		{"admin_listen taken", "", "active_health=true", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			// The listen address is taken, so run logs the startup line, fails to bind,
-			// and never says it is listening.
 			busy, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer busy.Close()
+			listen, wantErr := busy.Addr().String(), "gateway: listen"
+			if tt.adminTaken {
+				listen, wantErr = "127.0.0.1:0", "gateway: admin_listen"
+				tt.yaml += fmt.Sprintf("admin_listen: %s\n", busy.Addr())
+			}
 			cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
-			cfg := fmt.Sprintf("listen: %s\nbackends:\n  - {id: b0, url: \"http://127.0.0.1:1\"}\n%s", busy.Addr(), tt.yaml)
+			cfg := fmt.Sprintf("listen: %s\nbackends:\n  - {id: b0, url: \"http://127.0.0.1:1\"}\n%s", listen, tt.yaml)
 			require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o600))
 			var out strings.Builder
 			err = run([]string{"-config", cfgPath}, &out)
@@ -141,7 +149,8 @@ func TestStartupLogShowsActiveHealthAsBool(t *testing.T) {
 				}
 			}
 			require.ErrorContains(t, err, "address already in use")
-			require.NotContains(t, out.String(), "gateway listening", "logged as listening on an address it could not bind")
+			require.ErrorContains(t, err, wantErr)
+			require.NotContains(t, out.String(), "listening", "logged as listening though it exits on a taken address:\n%s", out.String())
 			require.NotEmpty(t, line, "startup line missing in:\n%s", out.String())
 			require.Contains(t, line, tt.want)
 			require.NotContains(t, line, "active_health=0x")
