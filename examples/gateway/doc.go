@@ -409,7 +409,9 @@
 // counted in limits.max_connections), so that slow uploads holding every main
 // connection cannot starve the probes or the scrape; it answers through the drain and
 // closes after the main server (admin.go). Decision: the paths stay on `listen` as well
-// (backward compatible). Every state change the gateway causes is logged ("backend state
+// (backward compatible). The three are read-only: on either listener a method other
+// than GET and HEAD gets a JSON 405 method_not_allowed with Allow: GET, HEAD (method.go).
+// Every state change the gateway causes is logged ("backend state
 // change": backend, from, to, why) at the level of the state reached: Warn for down and
 // "down (ejected)", Info for healthy or draining (a recovery, a drain or undrain, the end
 // of an ejection), as Envoy and HAProxy log a server going down above one coming back.

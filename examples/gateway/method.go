@@ -25,13 +25,20 @@ import (
 // case ("connect" is another method per RFC 9110, section 9.1, but a lenient backend
 // may read it as CONNECT).
 //
-// The ops paths (/metrics, /healthz, /readyz) are answered before this check, for any
-// method, as before: they reach no backend.
+// The ops paths (/metrics, /healthz, /readyz) are answered before this check, and reach
+// no backend. Decision (small2; they used to answer any method, CONNECT and TRACE
+// included, on both listeners): they are read-only, so they serve GET and HEAD only and
+// answer any other method (POST, OPTIONS, CONNECT, TRACE, a lower-case "get", ...) with
+// a JSON 405 method_not_allowed and Allow: GET, HEAD, on the main and the admin listener
+// alike. Nothing is written through them, so there is no write method to allow.
 
 // allowedMethods is the Allow header of the 405: the methods the gateway forwards. Any
 // other extension method is forwarded too; RFC 9110 (section 10.2.1) lets Allow list
 // the ones worth naming.
 const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// opsMethods is the Allow header of the ops paths' 405: they are read-only.
+const opsMethods = "GET, HEAD"
 
 // refusedMethod reports whether the gateway refuses method (CONNECT or TRACE, any case).
 // No allocation.
@@ -50,4 +57,12 @@ func refuseMethod(w http.ResponseWriter, method string) {
 	w.Header().Set("Allow", allowedMethods)
 	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
 		"method "+truncate(method, 16)+" is not allowed: the gateway forwards API requests, not CONNECT or TRACE")
+}
+
+// refuseOpsMethod writes the JSON 405 method_not_allowed of an ops path (path) asked
+// with a method other than GET or HEAD, with its Allow header.
+func refuseOpsMethod(w http.ResponseWriter, method, path string) {
+	w.Header().Set("Allow", opsMethods)
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+		"method "+truncate(method, 16)+" is not allowed on "+path+": it is read-only (GET, HEAD)")
 }

@@ -366,12 +366,17 @@ func (rt *routing) tier(r *http.Request, model string) (string, error) {
 
 // serveOps answers /metrics, /healthz and /readyz and reports true, or reports false
 // for any other path (nothing written). The same answers on the main and the admin
-// listener.
+// listener. The three are read-only: a method other than GET and HEAD gets a JSON 405
+// with Allow: GET, HEAD (opsMethods, method.go).
 func (g *Gateway) serveOps(rw http.ResponseWriter, r *http.Request) bool {
 	switch r.URL.Path {
 	case "/metrics", "/healthz", "/readyz":
 	default:
 		return false
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		refuseOpsMethod(rw, r.Method, r.URL.Path)
+		return true
 	}
 	var b writeBound // a client that does not read them gives up its connection too
 	b.start(rw, duration(g.state().cfg.Timeouts.ClientWriteSeconds))
