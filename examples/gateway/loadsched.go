@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,7 +35,13 @@ const (
 
 // MetricLoadReportsStale is the number of configured backends, not Down, whose load
 // report is stale: the last successful scrape of their /metrics (load_report_seconds) is
-// older than 3 intervals. No labels; 0 with load reports off.
+// older than 3 intervals. No labels; 0 with load reports off. Exactly: a backend of the
+// current config counts from the scrape pass (ten per interval) that finds its last
+// successful scrape — or, never scraped, its addition, URL change or return from Down —
+// older than 3 intervals, until a scrape succeeds (at once), or a pass finds it Down (held
+// Down by the active check, or ejected by outlier detection, which with health checks
+// off still acts on requests' connection failures) or removed. Draining backends count.
+// Each end is logged at Info (loadstale.go).
 const MetricLoadReportsStale = "agentserve_gateway_load_reports_stale"
 
 // loadScraper is the state of the load scrape, kept across reloads: each backend's
@@ -48,10 +55,12 @@ type loadScraper struct {
 	wake    [2]chan struct{}    // a send per enqueue (buffered 1)
 	started bool                // the workers run (under Run)
 
-	newStale, newFresh []string  // to log (rate-limited)
-	warnedAt, freshAt  time.Time // when those lines were last logged
-	staleNow           int       // entries with stale set (the metric)
-	lastErr            map[string]string
+	newStale []string              // to log (rate-limited)
+	ended    [endReasons][]string  // stale episodes ended, by why (loadstale.go), to log (rate-limited)
+	warnedAt time.Time             // when the stale line was last logged
+	endedAt  [endReasons]time.Time // when each ended line was last logged
+	staleNow int                   // entries with stale set (the metric)
+	lastErr  map[string]string
 }
 
 type scrapeEntry struct {
@@ -72,15 +81,22 @@ func (s *loadScraper) init() {
 	}
 }
 
-// reset forgets every backend's schedule and report age (load reports turned off).
-func (s *loadScraper) reset() {
+// reset forgets every backend's schedule and report age (load reports turned off) and
+// returns the IDs whose report was stale, sorted: their episodes end here (Run logs
+// them).
+func (s *loadScraper) reset() (wasStale []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, e := range s.byID {
+		if e.stale {
+			wasStale = append(wasStale, id)
+		}
 		s.drop(id, e)
 	}
 	s.queue = [2][]string{}
-	s.newStale, s.newFresh = nil, nil
+	s.newStale, s.ended = nil, [endReasons][]string{}
+	slices.Sort(wasStale)
+	return wasStale
 }
 
 // scrapeLoop runs the load scrape of one Run generation: a pass at once (a reload
@@ -153,7 +169,7 @@ func (g *Gateway) scrapePass(rt *routing) {
 		if rt.sched.Health().State(b.id) == health.Down { // active check or ejection
 			if !e.down {
 				e.down = true
-				s.setStale(e, false)
+				s.endStale(b.id, e, endDown) // not expected to report while Down
 				clear = append(clear, b.id)
 			}
 			continue
@@ -175,7 +191,7 @@ func (g *Gateway) scrapePass(rt *routing) {
 			queued[c] = true
 		}
 	}
-	stale, fresh := s.takeLogs(now, every)
+	stale, ended := s.takeLogs(now, every)
 	s.mu.Unlock()
 	for c, q := range queued {
 		if q {
@@ -192,67 +208,15 @@ func (g *Gateway) scrapePass(rt *routing) {
 		g.log.Warn("backend load reports stale: placement reads their last report, or none",
 			"backends", stale[:min(len(stale), staleLogIDs)], "count", len(stale), "older_than", staleIntervals*every, "last_error", s.errorsOf(stale))
 	}
-	if len(fresh) > 0 {
-		g.log.Info("backend load reports fresh again", "backends", fresh[:min(len(fresh), staleLogIDs)], "count", len(fresh))
-	}
+	g.logStaleEnded(ended)
 }
 
 // drop forgets a backend removed (or whose URL changed); a scrape in flight for it
 // finds no entry and is not reported. Under s.mu.
 func (s *loadScraper) drop(id string, e *scrapeEntry) {
-	s.setStale(e, false)
+	s.endStale(id, e, endRemoved)
 	delete(s.byID, id)
 	delete(s.lastErr, id)
-}
-
-// setStale sets e.stale and keeps the count in step. Under s.mu.
-func (s *loadScraper) setStale(e *scrapeEntry, v bool) {
-	if e.stale != v {
-		e.stale = v
-		if v {
-			s.staleNow++
-		} else {
-			s.staleNow--
-		}
-	}
-}
-
-// takeLogs returns the backends newly stale and fresh again to log, at most one line of
-// each per interval, each listing at most staleLogIDs IDs (count gives them all); those
-// no longer in that state by then are left out. Under s.mu.
-func (s *loadScraper) takeLogs(now time.Time, every time.Duration) (stale, fresh []string) {
-	take := func(ids *[]string, at *time.Time, want bool) []string {
-		if len(*ids) == 0 || (!at.IsZero() && now.Sub(*at) < every) {
-			return nil
-		}
-		var out []string
-		seen := make(map[string]bool, len(*ids))
-		for _, id := range *ids { // an ID twice: stale, fresh and stale again meanwhile
-			if e := s.byID[id]; e != nil && e.stale == want && !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-		*ids = (*ids)[:0]
-		if len(out) > 0 {
-			*at = now
-		}
-		return out
-	}
-	return take(&s.newStale, &s.warnedAt, true), take(&s.newFresh, &s.freshAt, false)
-}
-
-// errorsOf returns the last scrape error of the first staleLogIDs of ids.
-func (s *loadScraper) errorsOf(ids []string) map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]string)
-	for _, id := range ids[:min(len(ids), staleLogIDs)] {
-		if err, ok := s.lastErr[id]; ok {
-			out[id] = err
-		}
-	}
-	return out
 }
 
 // scrapeWorker scrapes the backends of its class's queue until ctx is done.
@@ -320,10 +284,7 @@ func (g *Gateway) recordScrape(b *backend, l affinity.BackendLoad, err error, wo
 		if err == nil {
 			e.since = now
 			delete(s.lastErr, b.id)
-			if e.stale {
-				s.setStale(e, false)
-				s.newFresh = append(s.newFresh, b.id)
-			}
+			s.endStale(b.id, e, endFresh)
 		} else {
 			s.lastErr[b.id] = err.Error()
 		}

@@ -42,7 +42,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.startScrapeWorkers(ctx, &scrapers)
 			wg.Go(func() { g.scrapeLoop(lctx, rt) })
 		} else {
-			g.scrape.reset() // turned on again later, no report is older than that
+			g.logReportsOff(g.scrape.reset()) // turned on again later, no report is older than that
 		}
 		select {
 		case <-ctx.Done():
