@@ -215,8 +215,8 @@
 //
 // [Gateway.Serve] shuts down gracefully: no new connections, in-flight requests get
 // drain_seconds (default 10) to finish, then the rest are cut — a request still waiting
-// for its backend's response headers is answered a JSON 503 "shutdown" with
-// Retry-After, event streams first get the error event below (1 s at most is given for
+// for its backend's response headers, or still uploading its body (then with
+// Connection: close), is answered a JSON 503 "shutdown" with Retry-After, event streams first get the error event below (1 s at most is given for
 // these), then the connections are closed — each logged at Info as "request cut by the
 // shutdown drain" (not as a client that went away; a cut stream or body is counted
 // client_closed, as its client got no whole answer); Serve waits 1 s at most for the cut

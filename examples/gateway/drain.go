@@ -38,6 +38,7 @@ type shutdownDrain struct {
 
 	mu       sync.Mutex
 	attempts map[*attemptTimer]struct{} // attempts running: from their request to their body's close (attempt)
+	uploads  map[*drainUpload]struct{}  // request bodies being read (readBody)
 	cutting  bool                       // they were cut: one tracked from now on is cut at once
 
 	running atomic.Int64  // Serve's handlers running (counted)
@@ -76,8 +77,9 @@ func (d *shutdownDrain) untrackAttempt(at *attemptTimer) {
 // cutAll cancels, with errDrainCut, every attempt still running: one waiting for its
 // response headers, or whose JSON body the gateway is reading whole (inject_metadata),
 // answers a 503 "shutdown" (proxyError); an event stream writes its error event and
-// ends (streamerr.go); a body being copied through is cut. trackAttempt cuts what it is
-// given from now on.
+// ends (streamerr.go); a body being copied through is cut. It stops the reads of the
+// request bodies still arriving too (drainUpload: each answers a 503 "shutdown").
+// trackAttempt and trackUpload cut what they are given from now on.
 func (d *shutdownDrain) cutAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -85,6 +87,49 @@ func (d *shutdownDrain) cutAll() {
 	for at := range d.attempts {
 		at.cancel(errDrainCut)
 	}
+	for u := range d.uploads {
+		u.stop()
+	}
+}
+
+// drainUpload is a request whose body its handler is reading (readBody), which the
+// drain's end cuts (cutAll). Decision (small2; tester38: such an upload got no answer
+// when the connections were closed, and was logged with backend "" and status 400): the
+// read is stopped (its connection's read deadline set to now, its write side intact)
+// and readBody answers a JSON 503 "shutdown" with Retry-After and Connection: close, as
+// a request waiting for its backend's headers gets; it is logged once at Info as the
+// drain's cut and counted 5xx by the gateway. Kept in the route: no allocation.
+type drainUpload struct {
+	w   http.ResponseWriter // the connection's writer: its read deadline stops the read
+	cut atomic.Bool         // the drain's end stopped the read
+}
+
+// stop marks u cut and makes its body's read fail now. Safe while the read runs.
+func (u *drainUpload) stop() {
+	u.cut.Store(true)
+	_ = http.NewResponseController(u.w).SetReadDeadline(time.Now())
+}
+
+// trackUpload records u, a body read about to start, until untrackUpload; after the
+// drain's end (cutAll) it stops u at once instead. One lock.
+func (d *shutdownDrain) trackUpload(u *drainUpload) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cutting {
+		u.stop()
+		return
+	}
+	if d.uploads == nil {
+		d.uploads = make(map[*drainUpload]struct{})
+	}
+	d.uploads[u] = struct{}{}
+}
+
+// untrackUpload forgets u: its read has ended. Idempotent. One lock.
+func (d *shutdownDrain) untrackUpload(u *drainUpload) {
+	d.mu.Lock()
+	delete(d.uploads, u)
+	d.mu.Unlock()
 }
 
 // counted returns h counting its calls in d.running while they run.
@@ -139,6 +184,9 @@ func (g *Gateway) EndDrain() { g.drain.end() }
 // (Debug).
 func (g *Gateway) logCut(st *route, r *http.Request) {
 	w := &st.ow
+	if st.upload.cut.Load() {
+		return // answered and logged by readBody
+	}
 	drained := g.drain.cut.Load() && (w.gone || w.shut || r.Context().Err() != nil)
 	if !drained && !w.gone {
 		return // the common case: no lock taken

@@ -165,7 +165,8 @@ func (g *Gateway) overloaded(w http.ResponseWriter, rt *routing, what string) {
 // did (an abandoned upload: closed, half-closed or reset short of its Content-Length or
 // last chunk) still gets its 400 (a half-closed client may read it) but counts as
 // code_class client_closed, like any client that goes away before the response ends; a
-// malformed body (bad chunked framing) stays a 4xx.
+// malformed body (bad chunked framing) stays a 4xx. A read the end of Serve's drain
+// stops (drainUpload) gets a 503 "shutdown" with Retry-After and Connection: close.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([]byte, bool) {
 	cfg := st.rt.cfg
 	max := cfg.MaxBodyBytes
@@ -184,8 +185,15 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 		raw = ow.ResponseWriter // MaxBytesReader tells net/http's own writer to close the connection
 	}
 	// Charged as it grows: a client holds one chunk or twice what it sent at most (bodies.go).
+	st.upload.w = raw
+	g.drain.trackUpload(&st.upload) // after the deadline above, which a cut overrides
 	body, err := readRequestBody(raw, r, max, func(n int64) bool { return g.reserve(st, n) })
+	g.drain.untrackUpload(&st.upload)
 	if err == nil {
+		if st.upload.cut.Load() { // cut as the body ended: the read it stopped is over
+			_ = rc.SetReadDeadline(time.Time{})
+			st.upload.cut.Store(false) // not answered: the request goes on, the drain cuts its attempt
+		}
 		// The deadline needs no reset here: net/http's HTTP/1 server clears it itself when
 		// the body reaches its end (before the background read it then starts, to notice
 		// a client leaving), and an HTTP/2 stream's deadline, firing after the body
@@ -194,6 +202,13 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	}
 	var tooBig *http.MaxBytesError
 	switch {
+	case st.upload.cut.Load(): // the end of Serve's drain (drain.go), whatever the read's error
+		g.log.Info("request cut by the shutdown drain", "backend", "", "status", http.StatusServiceUnavailable,
+			"why", "request body still arriving")
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", strconv.Itoa(cfg.Limits.RetryAfterSeconds))
+		writeError(w, http.StatusServiceUnavailable, "shutdown",
+			"the gateway is shutting down: the request body was still arriving at the end of its drain; retry")
 	case errors.Is(err, errOverBudget):
 		g.overloaded(w, st.rt, "request bytes in flight exceed limits.max_inflight_bytes")
 	case errors.As(err, &tooBig):

@@ -244,12 +244,13 @@ type route struct {
 	// most one of each per request) and the values of the headers rewrite and
 	// modifyResponse set (slices of length and capacity 1 into hdr: an append by anyone
 	// copies; indexes: the slot constants).
-	ctx routeCtx
-	out http.Request
-	ow  outcomeWriter
-	pb  pooledBody
-	lb  leaseBody
-	hdr [slots]string
+	ctx    routeCtx
+	out    http.Request
+	ow     outcomeWriter
+	upload drainUpload // its body's read, for the drain's end (drain.go)
+	pb     pooledBody
+	lb     leaseBody
+	hdr    [slots]string
 }
 
 // Indexes of route.hdr.

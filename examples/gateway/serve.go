@@ -88,8 +88,8 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
 // drain_seconds (default 10 s) or until [Gateway.EndDrain]. Then each request still
-// waiting for its backend's response headers is answered a JSON 503 "shutdown" with
-// Retry-After, and each event stream still running gets an SSE error event with code
+// waiting for its backend's response headers, or still uploading its body (then with
+// Connection: close), is answered a JSON 503 "shutdown" with Retry-After, and each event stream still running gets an SSE error event with code
 // "shutdown" (see the package doc); at most 1 s is given for these answers, then the
 // remaining connections are closed; each request cut so is logged at Info as "request
 // cut by the shutdown drain", and Serve waits up to 1 s more for those handlers to
