@@ -126,7 +126,8 @@ type Config struct {
 	// reached the backend (dial error, write failed) or it is replayable (idempotent
 	// method or Idempotency-Key header). A stale keep-alive connection (closed before any
 	// response byte) is retried on the same backend; a counted failure on the session's next HRW choice (see the package
-	// doc). Nil means true.
+	// doc), and, when that retry fails to connect with nothing sent, once more on a third
+	// backend not tried yet. Nil means true.
 	RetryOnConnectError *bool `yaml:"retry_on_connect_error"`
 	// SweepSeconds is how often [Gateway.Run] reclaims expired bindings
 	// (Scheduler.Sweep), in seconds, so that memory is returned even when sessions never

@@ -25,7 +25,7 @@
 //     another (path.go has the reasons). A path that passes is forwarded byte for byte.
 //  1. The body is read up to max_body_bytes (default 8 MiB; larger: JSON 413), charged to
 //     limits.max_inflight_bytes as it arrives (over it: JSON 503 with Retry-After) and
-//     kept in memory so a request can be replayed once on another backend.
+//     kept in memory so a request can be replayed on another backend.
 //  2. The body of a POST request must be a JSON object (otherwise JSON 400) when its
 //     Content-Type is JSON or absent, or when it goes to an OpenAI JSON endpoint
 //     (.../chat/completions, /completions, /embeddings, /responses) with any
@@ -298,7 +298,9 @@
 // Idempotency-Key header) is sent again. A keep-alive connection the backend had closed
 // is retried once on the same backend and not counted; after a counted failure the
 // request goes, this once, to the session's next HRW choice among the other eligible
-// backends.
+// backends, and once more, to a third backend not tried yet, when that retry too fails
+// to connect with nothing sent (maxRetryBackends: a dead backend not yet marked Down
+// behind another).
 //
 // What each outcome counts as, the progress rule for timeouts, the retry rules and the
 // decisions behind them are described in docs/gateway-health.md (in the repository).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -27,16 +28,30 @@ import (
 // cuts a connection failure; a body the client drops before its end records nothing. A
 // connection closed by the backend on a reused
 // keep-alive connection before any response byte is the keep-alive race, not an outage:
-// it is not counted. A failed request is retried once (retry_on_connect_error) when it
-// is safe: it was never written to the backend (dial error, write failed), or it is
+// it is not counted. A failed request is retried (retry_on_connect_error) when it is
+// safe: it was never written to the backend (dial error, write failed), or it is
 // replayable (idempotent method, or an Idempotency-Key header) — the rule of
-// net/http.Transport. Nothing has been written to the client at that point: RoundTrip
-// has not returned a response yet.
+// net/http.Transport. It moves to another backend once, and on to a third
+// (maxRetryBackends) only after a connect failure that sent nothing. Nothing has been
+// written to the client at that point: RoundTrip has not returned a response yet.
 type retryTransport struct{ g *Gateway }
+
+// maxRetryBackends bounds the backends one request is tried on. Decision (small2;
+// tester38 finding 4: at start-up with 600 dead backends not yet marked Down, a retry
+// after a refused connection went to a second dead backend and the client got a 502): a
+// request moves to another backend once after any retried failure, as before, and once
+// more — to a third backend, none tried before for this request — only when the second
+// backend's failure was a connect error with nothing sent (a dial refused or timed out,
+// a connection closed before the request was written), which is always safe to retry.
+// Three, not more: each dead backend costs a dial (up to timeouts.dial_seconds when it
+// times out), and more than two dead backends in a row for one session means an outage
+// that health checks and outlier detection are there to see.
+const maxRetryBackends = 3
 
 // RoundTrip sends req to its backend and retries it when that is safe (see
 // retryTransport): after a stale keep-alive connection once on the same backend (a fresh
-// connection), after a counted failure (or a second stale connection) once on another.
+// connection), after a counted failure (or a second stale connection) once on another,
+// and after a connect failure that sent nothing on a third (maxRetryBackends).
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	g := t.g
 	st := routeFrom(req.Context())
@@ -44,7 +59,9 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return g.base.RoundTrip(req)
 	}
 	target, _ := st.current()
-	sameAgain, moved := false, false
+	var triedBuf [maxRetryBackends]string
+	tried := append(triedBuf[:0], target.id) // the backends tried, for the next choice to skip
+	sameAgain := false
 	for {
 		resp, a, err := g.attempt(req, st, target)
 		if err == nil || req.Context().Err() != nil {
@@ -52,14 +69,16 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		counted := g.passiveFailure(target, a, err)
 		stale := a.staleConn(err)
-		if !st.rt.cfg.retryOnConnectError() || !(a.neverWritten() || replayable(req)) || !(counted || stale) || moved {
+		// A move after the first only after a connect failure that sent nothing.
+		mayMove := len(tried) == 1 || len(tried) < maxRetryBackends && a.neverWritten() && IsConnectError(err) && !stale
+		if !st.rt.cfg.retryOnConnectError() || !(a.neverWritten() || replayable(req)) || !(counted || stale) || !mayMove {
 			return nil, err
 		}
 		failed := target
 		if stale && !sameAgain {
 			sameAgain = true // the backend closed an idle connection: try it again on a fresh one
 		} else {
-			next, hit, serr := g.retryTarget(st, target, err)
+			next, hit, serr := g.retryTarget(st, target, tried, err)
 			if serr != nil || next.id == target.id {
 				g.log.Warn("no backend to retry on", "failed", target.id, "err", serr)
 				return nil, err
@@ -67,7 +86,8 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			st.mu.Lock()
 			st.backend, st.hit, st.retried = next, hit, true
 			st.mu.Unlock()
-			moved, target = true, next
+			target = next
+			tried = append(tried, next.id)
 		}
 		// backend is the failed one, as in every other line (err is its attempt's error);
 		// to is where the request goes now (the same backend after a stale connection).
@@ -83,21 +103,28 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// retryTarget picks the backend a failed request is retried on. If the failure ejected
+// retryTarget picks the backend a failed request is retried on, never one of tried (the
+// backends this request was tried on, failed the last of them). If the failure ejected
 // the backend, the session is placed again (Acquire: its binding was broken and it
-// rebinds, a miss). Otherwise the binding stays and only this request goes to the
-// session's next choice among the other eligible backends (nextChoice; hit false,
-// nothing stored): one failure is not an outage. Either way the request then holds its
-// lease on the backend returned (a request without a session too: LeaseBackend), and
-// the failed attempt's lease has been released with cause, the attempt's error
-// (lease.go); when no backend is found the failed attempt keeps its lease (released
-// when the request ends).
-func (g *Gateway) retryTarget(st *route, failed *backend, cause error) (*backend, bool, error) {
+// rebinds, a miss; on a third backend, the candidates leave out those tried, so a
+// binding to an earlier one that failed without being ejected is moved too). Otherwise
+// the binding stays and only this request goes to the session's next choice among the
+// other eligible backends (nextChoice; hit false, nothing stored): one failure is not an
+// outage. Either way the request then holds its lease on the backend returned (a
+// request without a session too: LeaseBackend), and the failed attempt's lease has been
+// released with cause, the attempt's error (lease.go); when no backend is found the
+// failed attempt keeps its lease (released when the request ends).
+func (g *Gateway) retryTarget(st *route, failed *backend, tried []string, cause error) (*backend, bool, error) {
 	if g.outliers.isEjected(failed.id) {
 		st.endAttempt(cause)
+		if len(tried) > 1 { // failed is Down; an earlier one may not be
+			allow, skip := st.allow, slices.Clone(tried) // a copy: RoundTrip's stays on its stack
+			st.allow = func(id string) bool { return !slices.Contains(skip, id) && (allow == nil || allow(id)) }
+			defer func() { st.allow = allow }()
+		}
 		return st.choose()
 	}
-	next, err := st.nextChoice(failed)
+	next, err := st.nextChoice(tried)
 	if err != nil {
 		return nil, false, err
 	}
@@ -106,13 +133,13 @@ func (g *Gateway) retryTarget(st *route, failed *backend, cause error) (*backend
 }
 
 // nextChoice is the backend a retry that keeps the binding goes to, among the eligible
-// backends of the request's tier other than failed: the Healthy ones, else the
+// backends of the request's tier other than those tried: the Healthy ones, else the
 // Draining ones. Plain HRW order by the session ID (by the request's key without a
 // session) picks the first of them, except that with the scheduler's load block on
 // (affinity.load.balance_factor > 0) a request with a session takes the first backend
 // of its HRW ranking that is under the balance bound (underBound), and the plain HRW
 // choice only when none is.
-func (st *route) nextChoice(failed *backend) (*backend, error) {
+func (st *route) nextChoice(tried []string) (*backend, error) {
 	key := st.key
 	loadAware := false
 	if st.session != "" {
@@ -123,7 +150,7 @@ func (st *route) nextChoice(failed *backend) (*backend, error) {
 	hs := st.rt.sched.Health()
 	var best hrw.Best
 	for _, want := range []health.State{health.Healthy, health.Draining} {
-		eligible := func(b *backend) bool { return b.id != failed.id && hs.State(b.id) == want }
+		eligible := func(b *backend) bool { return hs.State(b.id) == want && !slices.Contains(tried, b.id) }
 		if loadAware {
 			if b := st.underBound(key, nodes, eligible); b != nil {
 				return b, nil
