@@ -9,7 +9,8 @@ package health
 // the count: a dead backend still goes Down after FailureThreshold failures, and a
 // recovering one held Down comes back after SuccessThreshold successes, however often
 // the Prober is replaced; and [Prober.Run] does not probe the carried targets at once
-// (only new ones, and one whose probe old had in flight). A carried target is not
+// (only new ones, a large batch of them spread over up to one interval, and one whose
+// probe old had in flight). A carried target is not
 // reported again to reporters, and a carried Down is not a transition for observers:
 // the receivers are expected to be old's. It overrides [WithStartDown] for the targets it
 // carries. A target whose URL or path changed is another server: it starts afresh.

@@ -151,7 +151,7 @@ type probeTarget struct {
 	fails, succs int
 	state        State
 	known        bool      // the target has a verdict (reported to reporters)
-	next         time.Time // when Run probes it next; zero: at once
+	next         time.Time // when Run probes it next; zero: never probed nor scheduled (spreadFirst)
 	busy         bool      // a probe Run started is in flight
 	launchedFor  time.Time // the due time of that probe: due again if it is not counted
 }

@@ -20,6 +20,39 @@ func phaseOf(id string, interval time.Duration) time.Duration {
 	return time.Duration(h.Sum64()%phaseSlots) * (interval / phaseSlots)
 }
 
+// firstProbesPerSlot is how many first probes (of targets never probed: a new Prober's,
+// and those a reload adds) start together at most, in one slot of the interval
+// (interval/phaseSlots) — unless a batch is too large to be spread over one interval at
+// that rate: then ceil(batch/phaseSlots) per slot, so every target of a batch has its
+// first probe within one interval of the step that finds the batch. A batch of up to
+// this many (a lone new backend, a few) is probed at once, as before.
+const firstProbesPerSlot = 16
+
+// spreadFirst gives the targets never probed and not yet scheduled (next zero, not busy)
+// their first probe time: the first firstProbesPerSlot (or the larger per-slot count a
+// large batch needs) at now, the next as many one slot later, and so on, in target
+// order. Under roundMu. O(targets).
+func (p *Prober) spreadFirst(now time.Time) {
+	n := 0
+	for i := range p.targets {
+		if t := &p.targets[i]; t.next.IsZero() && !t.busy {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	per := max(firstProbesPerSlot, (n+phaseSlots-1)/phaseSlots)
+	slot := p.cfg.interval / phaseSlots
+	k := 0
+	for i := range p.targets {
+		if t := &p.targets[i]; t.next.IsZero() && !t.busy {
+			t.next = now.Add(time.Duration(k/per) * slot)
+			k++
+		}
+	}
+}
+
 // nextSlot returns when t is probed after a probe started at now: the first instant at
 // least half an interval after now whose offset from the Unix epoch, modulo the
 // interval, is t's phase. So a target is probed once per interval at a fixed offset, and
@@ -40,8 +73,12 @@ func (p *Prober) nextSlot(t *probeTarget, now time.Time) time.Time {
 // probed, until ctx is done. So the probes of many targets are spread across the
 // interval instead of all starting at once, and a slow target does not delay the others.
 // A target that has not been probed yet (a new Prober's targets, and the targets that
-// [WithStateFrom] did not carry over) is probed at once; a carried-over target keeps the
-// schedule it had. A target whose probe is still in flight when it is due again is not
+// [WithStateFrom] did not carry over) is probed at once when there are at most 16 such
+// targets; a larger batch is spread: at most 16 first probes per slot of the interval
+// (interval/128), or ceil(batch/128) when more are needed to probe the whole batch within
+// one interval, so a reload that adds hundreds of backends does not open hundreds of
+// connections at one instant. A carried-over target keeps the schedule it had (including
+// a first probe still to come). A target whose probe is still in flight when it is due again is not
 // probed twice: that probe is dropped, never queued. With [WithTicks], Run instead starts
 // a full round ([Prober.ProbeOnce]) at once and then on every tick, as before the
 // schedule existed. [Prober.ProbeDue] is the schedule's step, exported for tests and for
@@ -133,6 +170,7 @@ func (p *Prober) due(now time.Time) (idx []int, wake time.Time) {
 	if p.retired {
 		return nil, time.Time{}
 	}
+	p.spreadFirst(now)
 	for i := range p.targets {
 		t := &p.targets[i]
 		if !t.next.After(now) {

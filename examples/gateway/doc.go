@@ -195,7 +195,7 @@
 //     its next probe time. So a dead backend goes Down after failure_threshold failed
 //     probes and a recovering one comes back after success_threshold passed ones however
 //     often the configuration is reloaded, and a reload probes only the backends it adds
-//     (at once), not every one. Decision: "the same backend" is the same probe request
+//     (at once, or, more than 16 of them, spread over up to one interval), not every one. Decision: "the same backend" is the same probe request
 //     (ID, URL and path); anything else is another server and starts afresh. Before, each
 //     reload's prober started every backend not held Down Healthy with its count at 0,
 //     so a reload every few seconds kept a dead backend in rotation for good. A backend

@@ -352,7 +352,8 @@ func (g *Gateway) ProbeOnce(ctx context.Context) {
 
 // ProbeDue runs one step of the active prober's schedule at the time now
 // (health.Prober.ProbeDue): it probes the backends due by then — each backend is probed
-// once per interval at its own offset within it, a new one at once — and applies the
+// once per interval at its own offset within it, a new one at once (a batch of more
+// than 16 new ones spread over up to one interval) — and applies the
 // resulting transitions before it returns. For tests with a fake clock: [Gateway.Run]
 // follows the same schedule on the system clock. A no-op when health.enabled is false.
 func (g *Gateway) ProbeDue(ctx context.Context, now time.Time) {

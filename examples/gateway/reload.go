@@ -72,7 +72,8 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     takes over (health.WithStateFrom) the state, consecutive failure and success counts
 //     and next probe time of every backend with the same ID, URL and health.path, so
 //     reloads neither restart the counts nor probe those backends at once (added ones
-//     are probed at once); a backend the old prober held Down stays Down and comes back
+//     are probed at once, up to 16 of them; a larger batch at most 16 per 1/128 of the
+//     interval, all within one interval: docs/gateway-health.md); a backend the old prober held Down stays Down and comes back
 //     after success_threshold passing probes, as it would have (the log's held_down
 //     lists what the new prober holds Down); so is a backend added back
 //     with the URL it had when an earlier reload removed it while the active check held
