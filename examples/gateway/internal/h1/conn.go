@@ -1,0 +1,4 @@
+package h1
+
+// conn is one client connection and its serving loop.
+type conn struct{}
