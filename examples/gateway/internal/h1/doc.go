@@ -68,7 +68,7 @@
 // still read it): a goroutine reading one byte from the connection. EOF or an error
 // cancels the request's context with cause [ErrClientGone] and the connection closes
 // after the response; a byte (the next pipelined request) is kept for the next
-// request; a read deadline the handler set firing ends the watch without cancelling.
+// request; a read deadline the handler set firing cancels too, as net/http.
 // The handler's return stops the watcher (a past read deadline, a wait, the deadline
 // cleared). The trade: a client leaving is noticed within ClientGoneAfter plus a tick,
 // not at once; a failed write of the response cancels the context at once.

@@ -78,8 +78,105 @@ type Server struct {
 // (a Temporary() bool method that reports true, as net/http) is logged and retried
 // after a pause growing from 5 ms to 1 s.
 func (s *Server) Serve(ln net.Listener) error {
-	_ = ln.Close()
-	return errors.New("h1: not implemented yet")
+	if !s.trackListener(&ln, true) {
+		_ = ln.Close()
+		return http.ErrServerClosed
+	}
+	defer s.trackListener(&ln, false)
+	defer ln.Close()
+	base := context.Background()
+	if s.BaseContext != nil {
+		if base = s.BaseContext(ln); base == nil {
+			return ErrNilBaseContext
+		}
+	}
+	base = context.WithValue(base, http.LocalAddrContextKey, ln.Addr())
+	s.startSweeper()
+	var pause time.Duration
+	for {
+		rwc, err := ln.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			if te, ok := err.(interface{ Temporary() bool }); ok && te.Temporary() {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				s.logf("h1: Accept error: %v; retrying in %v", err, pause)
+				t := time.NewTimer(pause)
+				<-t.C
+				continue
+			}
+			return err
+		}
+		pause = 0
+		c := s.newConn(rwc, base)
+		if !s.trackConn(c, true) {
+			_ = rwc.Close()
+			continue
+		}
+		go c.serve()
+	}
+}
+
+// trackListener adds (or removes) ln; false when adding after shutdown began.
+func (s *Server) trackListener(ln *net.Listener, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.shutting.Load() {
+			return false
+		}
+		if s.listeners == nil {
+			s.listeners = make(map[*net.Listener]struct{})
+		}
+		s.listeners[ln] = struct{}{}
+		return true
+	}
+	delete(s.listeners, ln)
+	return true
+}
+
+// trackConn adds (or removes) c; false when adding after shutdown began. The last
+// removal after shutdown began wakes Shutdown.
+func (s *Server) trackConn(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.shutting.Load() {
+			return false
+		}
+		if s.conns == nil {
+			s.conns = make(map[*conn]struct{})
+		}
+		s.conns[c] = struct{}{}
+		return true
+	}
+	if _, ok := s.conns[c]; !ok {
+		return true
+	}
+	delete(s.conns, c)
+	if len(s.conns) == 0 && s.allGone != nil {
+		close(s.allGone)
+		s.allGone = nil
+	}
+	return true
+}
+
+// beginShutdown marks the server shutting down and closes its listeners; it returns
+// the first error of closing one.
+func (s *Server) beginShutdown() error {
+	s.shutting.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for ln := range s.listeners {
+		if cerr := (*ln).Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		delete(s.listeners, ln)
+	}
+	s.sweep.wakeLocked() // it notices the shutdown and exits once nothing is in flight
+	return err
 }
 
 // Shutdown stops the server gracefully: it closes the listeners (Serve returns
@@ -91,12 +188,72 @@ func (s *Server) Serve(ln net.Listener) error {
 // connections are not tracked: neither waited for nor closed. It may be called more
 // than once.
 func (s *Server) Shutdown(ctx context.Context) error {
-	return errors.New("h1: not implemented yet")
+	_ = s.beginShutdown()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	if len(s.conns) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.allGone == nil {
+		s.allGone = make(chan struct{})
+	}
+	done := s.allGone
+	s.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close closes the listeners and every connection at once (not hijacked ones); the
 // requests running see their connection fail. It returns the first error of closing
-// a listener. Shutdown after Close returns at once.
+// a listener. Shutdown after Close returns once those connections' goroutines have
+// ended.
 func (s *Server) Close() error {
-	return errors.New("h1: not implemented yet")
+	err := s.beginShutdown()
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.rwc.Close()
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// logf writes to ErrorLog, or the standard logger.
+func (s *Server) logf(format string, args ...any) {
+	if s.ErrorLog != nil {
+		s.ErrorLog.Printf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
+
+// headerLimit is the bytes read for a request's line and headers at most.
+func (s *Server) headerLimit() int64 {
+	n := s.MaxHeaderBytes
+	if n <= 0 {
+		n = http.DefaultMaxHeaderBytes
+	}
+	return int64(n) + 4096
+}
+
+// idleTimeout is the wait for a kept-alive connection's next request.
+func (s *Server) idleTimeout() time.Duration {
+	if s.IdleTimeout != 0 {
+		return s.IdleTimeout
+	}
+	return s.ReadHeaderTimeout
+}
+
+// handler is Handler or http.DefaultServeMux.
+func (s *Server) handler() http.Handler {
+	if s.Handler != nil {
+		return s.Handler
+	}
+	return http.DefaultServeMux
 }
