@@ -40,73 +40,75 @@ func TestClientWriteBound(t *testing.T) {
 	const bound = 0.3 // seconds
 	for _, client := range []string{"direct", "nethttp"} {
 		t.Run(client, func(t *testing.T) {
-			var ended atomic.Int64 // backend requests whose context ended
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				defer ended.Add(1)
-				w.Header().Set("Content-Type", "text/event-stream")
-				rc := http.NewResponseController(w)
-				if r.URL.Query().Has("slow") { // 30 small events over ~1.2 s: 4x the bound
-					pace := time.NewTicker(40 * time.Millisecond) // the backend's pace
-					defer pace.Stop()
-					for i := range 30 {
-						fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
-						_ = rc.Flush()
-						<-pace.C
-					}
-					_, _ = io.WriteString(w, "data: [DONE]\n\n")
-					return
-				}
-				event := "data: " + strings.Repeat("x", 16<<10) + "\n\n"
-				for range 4096 { // at most 64 MiB: far beyond any socket buffer
-					if _, err := io.WriteString(w, event); err != nil || rc.Flush() != nil {
+			eachServer(t, func(t *testing.T, server string) {
+				var ended atomic.Int64 // backend requests whose context ended
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					defer ended.Add(1)
+					w.Header().Set("Content-Type", "text/event-stream")
+					rc := http.NewResponseController(w)
+					if r.URL.Query().Has("slow") { // 30 small events over ~1.2 s: 4x the bound
+						pace := time.NewTicker(40 * time.Millisecond) // the backend's pace
+						defer pace.Stop()
+						for i := range 30 {
+							fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+							_ = rc.Flush()
+							<-pace.C
+						}
+						_, _ = io.WriteString(w, "data: [DONE]\n\n")
 						return
 					}
-				}
-			}))
-			t.Cleanup(backend.Close)
-			logger, logs := captureLogs()
-			cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf("health: {enabled: false}\nbackend_client: %s\n"+
-				"timeouts: {client_write_seconds: %v}\nbackends:\n  - {id: b0, url: %q}\n", client, bound, backend.URL)))
-			require.NoError(t, err)
-			g, err := gateway.New(cfg, gateway.WithLogger(logger))
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			srv := httptest.NewServer(g)
-			t.Cleanup(srv.Close)
+					event := "data: " + strings.Repeat("x", 16<<10) + "\n\n"
+					for range 4096 { // at most 64 MiB: far beyond any socket buffer
+						if _, err := io.WriteString(w, event); err != nil || rc.Flush() != nil {
+							return
+						}
+					}
+				}))
+				t.Cleanup(backend.Close)
+				logger, logs := captureLogs()
+				cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf("health: {enabled: false}\nbackend_client: %s\n"+
+					"timeouts: {client_write_seconds: %v}\nbackends:\n  - {id: b0, url: %q}\n", client, bound, backend.URL)))
+				require.NoError(t, err)
+				g, err := gateway.New(cfg, gateway.WithLogger(logger))
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				srv := newFront(t, server, g, nil)
+				t.Cleanup(srv.Close)
 
-			// A reading client gets the whole slow stream.
-			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions?slow",
-				strings.NewReader(`{"model":"m","stream":true}`))
-			require.NoError(t, err)
-			req.Header.Set("X-Session-ID", "reader")
-			resp, err := srv.Client().Do(req)
-			require.NoError(t, err)
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(t, err, "a client that reads is never cut")
-			assert.Contains(t, string(body), "data: [DONE]")
-			assert.NotContains(t, logs.String(), "client stopped reading")
+				// A reading client gets the whole slow stream.
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions?slow",
+					strings.NewReader(`{"model":"m","stream":true}`))
+				require.NoError(t, err)
+				req.Header.Set("X-Session-ID", "reader")
+				resp, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.NoError(t, err, "a client that reads is never cut")
+				assert.Contains(t, string(body), "data: [DONE]")
+				assert.NotContains(t, logs.String(), "client stopped reading")
 
-			// A client that never reads.
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close() })
-			const reqBody = `{"model":"m","stream":true}`
-			_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-ID: stuck\r\n"+
-				"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(reqBody), reqBody)
-			require.NoError(t, err)
-			before := ended.Load()
-			require.Eventually(t, func() bool {
-				return strings.Contains(logs.String(), "client stopped reading") && ended.Load() > before
-			}, 10*time.Second, 20*time.Millisecond, "the stalled client's response is aborted and the backend request ends")
-			assert.Equal(t, "agentserve_gateway_inflight_requests 0", metricLine(g, "agentserve_gateway_inflight_requests "))
-			assert.Contains(t, metricLine(g, `agentserve_gateway_requests_total{code_class="client_closed",source="backend"}`), "} 1")
-			assert.Contains(t, logs.String(), `"client_write_seconds":0.3`)
+				// A client that never reads.
+				c, err := net.Dial("tcp", srv.Listener.Addr().String())
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				const reqBody = `{"model":"m","stream":true}`
+				_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Session-ID: stuck\r\n"+
+					"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(reqBody), reqBody)
+				require.NoError(t, err)
+				before := ended.Load()
+				require.Eventually(t, func() bool {
+					return strings.Contains(logs.String(), "client stopped reading") && ended.Load() > before
+				}, 10*time.Second, 20*time.Millisecond, "the stalled client's response is aborted and the backend request ends")
+				assert.Equal(t, "agentserve_gateway_inflight_requests 0", metricLine(g, "agentserve_gateway_inflight_requests "))
+				assert.Contains(t, metricLine(g, `agentserve_gateway_requests_total{code_class="client_closed",source="backend"}`), "} 1")
+				assert.Contains(t, logs.String(), `"client_write_seconds":0.3`)
 
-			// The connection was closed by the gateway: reading what it buffered ends in EOF.
-			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
-			_, err = io.Copy(io.Discard, bufio.NewReader(c))
-			assert.NoError(t, err, "the gateway closed the connection")
+				// The connection was closed by the gateway: reading what it buffered ends in EOF.
+				require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+				_, err = io.Copy(io.Discard, bufio.NewReader(c))
+				assert.NoError(t, err, "the gateway closed the connection")
+			})
 		})
 	}
 }
@@ -120,24 +122,26 @@ func TestClientWriteBoundLateInterim(t *testing.T) {
 	const bound = 300 * time.Millisecond
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		t.Run(client, func(t *testing.T) {
-			url := requestServer(t, func(c net.Conn, _ *http.Request) {
-				<-time.After(2 * bound) // the backend's pace
-				_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"+
-					"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}")
+			eachServer(t, func(t *testing.T, server string) {
+				url := requestServer(t, func(c net.Conn, _ *http.Request) {
+					<-time.After(2 * bound) // the backend's pace
+					_, _ = io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"+
+						"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}")
+				})
+				srv := serveGatewayOn(t, server, client, url, fmt.Sprintf("timeouts: {client_write_seconds: %v}\n", bound.Seconds()))
+				c, err := net.Dial("tcp", srv.Listener.Addr().String())
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Session-ID: s1\r\n"+
+					"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(chatBody), chatBody)
+				require.NoError(t, err)
+				all, err := io.ReadAll(c)
+				require.NoError(t, err)
+				assert.Contains(t, string(all), " 103 Early Hints\r\n")
+				assert.Contains(t, string(all), " 200 OK\r\n")
+				assert.Contains(t, string(all), `"ok":true`)
 			})
-			srv := serveGateway(t, client, url, fmt.Sprintf("timeouts: {client_write_seconds: %v}\n", bound.Seconds()))
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = c.Close() })
-			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-			_, err = fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Session-ID: s1\r\n"+
-				"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(chatBody), chatBody)
-			require.NoError(t, err)
-			all, err := io.ReadAll(c)
-			require.NoError(t, err)
-			assert.Contains(t, string(all), " 103 Early Hints\r\n")
-			assert.Contains(t, string(all), " 200 OK\r\n")
-			assert.Contains(t, string(all), `"ok":true`)
 		})
 	}
 }

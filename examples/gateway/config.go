@@ -180,6 +180,14 @@ type Config struct {
 	// http.DefaultTransport (HTTP/2 to https:// backends, proxies from the environment).
 	// Anything else is [ErrBackendClient]. Needs a restart to change.
 	BackendClient string `yaml:"backend_client"`
+	// Server is the HTTP/1.x server of [Gateway.Serve]'s listener: "nethttp"
+	// ([ServerNetHTTP], the default for "") is net/http's http.Server; "direct"
+	// ([ServerDirect]) is the gateway's own, with no per-request goroutine (less added
+	// latency and CPU per request, see docs/gateway.md; a client leaving mid-request is
+	// noticed within about 75 ms instead of at once). Anything else is [ErrServer].
+	// Needs a restart to change. Embedders serving [Gateway.HTTPServer] themselves are
+	// not concerned.
+	Server string `yaml:"server"`
 	// Limits bounds the memory and connections held by requests in flight (see
 	// [LimitsConfig]).
 	Limits LimitsConfig `yaml:"limits"`

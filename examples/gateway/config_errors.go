@@ -31,6 +31,7 @@ var (
 	ErrLoadReportInterval = errors.New("gateway: bad load_report_seconds")
 	ErrMetricsExporter    = errors.New("gateway: bad metrics.exporter") // not "prometheus" or "otel"
 	ErrBackendClient      = errors.New("gateway: bad backend_client")   // not "direct" or "nethttp"
+	ErrServer             = errors.New("gateway: bad server")           // not "direct" or "nethttp"
 	ErrTenantConfig       = errors.New("gateway: bad tenant config")    // cache_salt without a tenant source, or secret_env not a variable name
 	// ErrNoSessionHeaders: session_headers is an empty list (no request would carry a
 	// session; omit the key for the defaults, or set affinity.sticky_ttl_seconds: 0).

@@ -222,6 +222,9 @@ func (c Config) Validate() error {
 	if bc := c.BackendClient; !isDirect(bc) && !strings.EqualFold(bc, BackendClientNetHTTP) {
 		return invalid(ErrBackendClient, "backend_client: %q: want %q or %q", bc, BackendClientDirect, BackendClientNetHTTP)
 	}
+	if !validServer(c.Server) {
+		return invalid(ErrServer, "server: %q: want %q or %q", c.Server, ServerDirect, ServerNetHTTP)
+	}
 	if err := c.Limits.validate(c.minInflightBytes()); err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -125,72 +124,74 @@ func TestBackendCutMidBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logs := &records{}
-			cfg := gateway.Config{
-				Backends: []gateway.BackendConfig{
-					{ID: "b0", URL: cutServer(t, tt.head, tt.body, tt.end)},
-					{ID: "b1", URL: cutServer(t, tt.head, tt.body, tt.end)},
-				},
-				Timeouts:         gateway.TimeoutsConfig{StreamIdleSeconds: 0.05}, // only the stalls reach it
-				Health:           gateway.HealthConfig{Enabled: new(false)},
-				OutlierDetection: gateway.OutlierConfig{ConsecutiveConnectFailures: 3},
-				InjectMetadata:   new(tt.inject),
-			}
-			g, err := gateway.New(cfg, gateway.WithLogger(slog.New(logs)))
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			ts := httptest.NewServer(g)
-			t.Cleanup(ts.Close)
-
-			var served string
-			for i := range 3 {
-				req, err := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+			eachServer(t, func(t *testing.T, server string) {
+				logs := &records{}
+				cfg := gateway.Config{
+					Backends: []gateway.BackendConfig{
+						{ID: "b0", URL: cutServer(t, tt.head, tt.body, tt.end)},
+						{ID: "b1", URL: cutServer(t, tt.head, tt.body, tt.end)},
+					},
+					Timeouts:         gateway.TimeoutsConfig{StreamIdleSeconds: 0.05}, // only the stalls reach it
+					Health:           gateway.HealthConfig{Enabled: new(false)},
+					OutlierDetection: gateway.OutlierConfig{ConsecutiveConnectFailures: 3},
+					InjectMetadata:   new(tt.inject),
+				}
+				g, err := gateway.New(cfg, gateway.WithLogger(slog.New(logs)))
 				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", "s1")
-				resp, err := ts.Client().Do(req)
-				if tt.client == "dropped" {
-					require.ErrorIs(t, err, io.EOF)
-				} else {
-					require.NoError(t, err)
-					_, err = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					switch tt.client {
-					case "cut":
-						require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the client sees the body cut")
-						require.Equal(t, http.StatusOK, resp.StatusCode)
-					case "502":
-						require.NoError(t, err)
-						require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-					case "504":
-						require.NoError(t, err)
-						require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
-					}
-				}
-				if i == 2 {
-					break // the third cut ejects the backend: its binding is broken
-				}
-				bound, ok := g.Scheduler().Lookup("s1", "")
-				require.True(t, ok, "the binding holds until the ejection")
-				if i == 0 {
-					served = bound
-				}
-				assert.Equal(t, served, bound, "the binding holds until the ejection")
-				assert.Empty(t, g.PassivelyDown(), "%d cut(s) of three", i+1)
-			}
-			ts.Close() // waits for the handlers
+				t.Cleanup(g.Close)
+				ts := newFront(t, server, g, nil)
+				t.Cleanup(ts.Close)
 
-			assert.Equal(t, []string{served}, g.PassivelyDown(), "three cuts in a row eject the backend")
-			warn := "backend response body read failed"
-			if tt.end == stallConn {
-				warn = "backend stream stalled"
-			}
-			assert.Equal(t, []string{warn, warn, warn, "backend state change"}, logs.warnings(),
-				"one Warn per cut, then the ejection")
-			assert.Equal(t, map[string]float64{tt.wantClass: 3}, requestsByClass(t, g))
-			for _, id := range []string{"b0", "b1"} {
-				assert.Zero(t, g.Scheduler().Load(id).Requests, "backend %s: lease released", id)
-			}
+				var served string
+				for i := range 3 {
+					req, err := http.NewRequest(http.MethodPost, ts.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+					require.NoError(t, err)
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("X-Session-ID", "s1")
+					resp, err := ts.Client().Do(req)
+					if tt.client == "dropped" {
+						require.ErrorIs(t, err, io.EOF)
+					} else {
+						require.NoError(t, err)
+						_, err = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						switch tt.client {
+						case "cut":
+							require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the client sees the body cut")
+							require.Equal(t, http.StatusOK, resp.StatusCode)
+						case "502":
+							require.NoError(t, err)
+							require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+						case "504":
+							require.NoError(t, err)
+							require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
+						}
+					}
+					if i == 2 {
+						break // the third cut ejects the backend: its binding is broken
+					}
+					bound, ok := g.Scheduler().Lookup("s1", "")
+					require.True(t, ok, "the binding holds until the ejection")
+					if i == 0 {
+						served = bound
+					}
+					assert.Equal(t, served, bound, "the binding holds until the ejection")
+					assert.Empty(t, g.PassivelyDown(), "%d cut(s) of three", i+1)
+				}
+				ts.Close() // waits for the handlers
+
+				assert.Equal(t, []string{served}, g.PassivelyDown(), "three cuts in a row eject the backend")
+				warn := "backend response body read failed"
+				if tt.end == stallConn {
+					warn = "backend stream stalled"
+				}
+				assert.Equal(t, []string{warn, warn, warn, "backend state change"}, logs.warnings(),
+					"one Warn per cut, then the ejection")
+				assert.Equal(t, map[string]float64{tt.wantClass: 3}, requestsByClass(t, g))
+				for _, id := range []string{"b0", "b1"} {
+					assert.Zero(t, g.Scheduler().Load(id).Requests, "backend %s: lease released", id)
+				}
+			})
 		})
 	}
 }

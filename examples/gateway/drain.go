@@ -218,7 +218,7 @@ func (g *Gateway) logCut(st *route, r *http.Request) {
 // responses, closes what is left and ends the tunnels; each request still running then
 // is logged as cut by the drain (route.go). It reports why the drain ended early: "" (every request
 // finished), "drain_seconds" or "EndDrain".
-func (g *Gateway) shutdown(ctx context.Context, srv *http.Server, drain time.Duration, closeTunnels func()) string {
+func (g *Gateway) shutdown(ctx context.Context, srv httpServer, drain time.Duration, closeTunnels func()) string {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer scancel()
 	ended := make(chan struct{})

@@ -80,67 +80,69 @@ func TestDrainCutStreamErrorEvent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, release := make(chan struct{}, 1), make(chan struct{})
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				got <- struct{}{}
-				<-release
-				w.Header().Set("Content-Type", "text/event-stream")
-				_, _ = io.WriteString(w, "data: {}\n\n")
-				w.(http.Flusher).Flush()
-				<-r.Context().Done() // until the gateway closes the connection
-			}))
-			t.Cleanup(backend.Close)
-			logs := &records{}
-			g, addr, shutdown, done := drainGateway(t, backend.URL, "drain_seconds: "+tt.drain+"\n"+tt.extra, logs)
+			eachServer(t, func(t *testing.T, server string) {
+				got, release := make(chan struct{}, 1), make(chan struct{})
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					got <- struct{}{}
+					<-release
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: {}\n\n")
+					w.(http.Flusher).Flush()
+					<-r.Context().Done() // until the gateway closes the connection
+				}))
+				t.Cleanup(backend.Close)
+				logs := &records{}
+				g, addr, shutdown, done := drainGateway(t, backend.URL, "server: "+server+"\n"+"drain_seconds: "+tt.drain+"\n"+tt.extra, logs)
 
-			type result struct {
-				resp *http.Response
-				err  error
-			}
-			res, req := make(chan result, 1), streamRequest(t, addr, "s1")
-			go func() {
-				resp, err := (&http.Client{}).Do(req)
-				res <- result{resp, err}
-			}()
-			<-got
-			if !tt.after {
-				close(release)
-			}
-			r := result{}
-			if !tt.after {
-				r = <-res
-			}
-			shutdown()
-			if tt.after {
-				require.Eventually(t, func() bool { // the listener is closed: Shutdown has begun
-					c, err := net.Dial("tcp", addr)
-					if err == nil {
-						_ = c.Close()
-					}
-					return err != nil
-				}, 10*time.Second, time.Millisecond)
-				close(release)
-				r = <-res
-			}
-			require.NoError(t, r.err)
-			defer r.resp.Body.Close()
-			require.Equal(t, http.StatusOK, r.resp.StatusCode)
-			assert.Equal(t, tt.after, r.resp.Close, "Connection: close on a response begun during the drain")
-			if tt.endDrain {
-				g.EndDrain()
-			}
-			awaitServe(t, done)
+				type result struct {
+					resp *http.Response
+					err  error
+				}
+				res, req := make(chan result, 1), streamRequest(t, addr, "s1")
+				go func() {
+					resp, err := (&http.Client{}).Do(req)
+					res <- result{resp, err}
+				}()
+				<-got
+				if !tt.after {
+					close(release)
+				}
+				r := result{}
+				if !tt.after {
+					r = <-res
+				}
+				shutdown()
+				if tt.after {
+					require.Eventually(t, func() bool { // the listener is closed: Shutdown has begun
+						c, err := net.Dial("tcp", addr)
+						if err == nil {
+							_ = c.Close()
+						}
+						return err != nil
+					}, 10*time.Second, time.Millisecond)
+					close(release)
+					r = <-res
+				}
+				require.NoError(t, r.err)
+				defer r.resp.Body.Close()
+				require.Equal(t, http.StatusOK, r.resp.StatusCode)
+				assert.Equal(t, tt.after, r.resp.Close, "Connection: close on a response begun during the drain")
+				if tt.endDrain {
+					g.EndDrain()
+				}
+				awaitServe(t, done)
 
-			body, err := io.ReadAll(r.resp.Body)
-			require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the stream is cut: no last chunk")
-			before, code, msg := splitErrorEvent(t, string(body))
-			assert.Equal(t, "data: {}\n\n", before)
-			assert.Equal(t, "shutdown", code)
-			assert.NotContains(t, msg, "127.0.0.1")
-			assert.Equal(t, 1, logs.count("request cut by the shutdown drain"), "logged before Serve returned")
-			assert.Zero(t, logs.count("client went away mid-response"))
-			assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
-			assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+				body, err := io.ReadAll(r.resp.Body)
+				require.ErrorIs(t, err, io.ErrUnexpectedEOF, "the stream is cut: no last chunk")
+				before, code, msg := splitErrorEvent(t, string(body))
+				assert.Equal(t, "data: {}\n\n", before)
+				assert.Equal(t, "shutdown", code)
+				assert.NotContains(t, msg, "127.0.0.1")
+				assert.Equal(t, 1, logs.count("request cut by the shutdown drain"), "logged before Serve returned")
+				assert.Zero(t, logs.count("client went away mid-response"))
+				assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
+				assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+			})
 		})
 	}
 }
@@ -184,29 +186,31 @@ func (h *slowCuts) Handle(ctx context.Context, r slog.Record) error {
 // at most) for the cut handlers to return. (Before: Serve returned with cut handlers
 // still running; tester29 saw 5 "request cut" lines for 8 cut streams.)
 func TestDrainLogsEveryCutBeforeServeReturns(t *testing.T) {
-	const streams = 8
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {}\n\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	}))
-	t.Cleanup(backend.Close)
-	logs := &slowCuts{records: &records{}, ended: make(chan struct{})}
-	g, addr, shutdown, done := drainGateway(t, backend.URL, "drain_seconds: 3600\n", logs)
-	bodies := make([]io.ReadCloser, 0, streams)
-	for i := range streams {
-		resp, err := (&http.Client{}).Do(streamRequest(t, addr, "s"+strconv.Itoa(i)))
-		require.NoError(t, err)
-		bodies = append(bodies, resp.Body)
-	}
-	shutdown()
-	g.EndDrain()
-	awaitServe(t, done)
-	assert.Equal(t, streams, logs.count("request cut by the shutdown drain"), "every cut logged before Serve returned")
-	for _, b := range bodies {
-		_, err := io.ReadAll(b)
-		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
-		_ = b.Close()
-	}
+	eachServer(t, func(t *testing.T, server string) {
+		const streams = 8
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {}\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}))
+		t.Cleanup(backend.Close)
+		logs := &slowCuts{records: &records{}, ended: make(chan struct{})}
+		g, addr, shutdown, done := drainGateway(t, backend.URL, "server: "+server+"\n"+"drain_seconds: 3600\n", logs)
+		bodies := make([]io.ReadCloser, 0, streams)
+		for i := range streams {
+			resp, err := (&http.Client{}).Do(streamRequest(t, addr, "s"+strconv.Itoa(i)))
+			require.NoError(t, err)
+			bodies = append(bodies, resp.Body)
+		}
+		shutdown()
+		g.EndDrain()
+		awaitServe(t, done)
+		assert.Equal(t, streams, logs.count("request cut by the shutdown drain"), "every cut logged before Serve returned")
+		for _, b := range bodies {
+			_, err := io.ReadAll(b)
+			assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+			_ = b.Close()
+		}
+	})
 }

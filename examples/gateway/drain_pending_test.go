@@ -44,52 +44,54 @@ func TestDrainCutPendingRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var hits atomic.Int64
-			waiting := make(chan struct{}, 4)
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				hits.Add(1)
-				_, _ = io.Copy(io.Discard, r.Body) // then net/http notices the gateway closing the connection
-				if tt.partial {
-					w.Header().Set("Content-Type", "application/json")
-					w.Header().Set("Content-Length", "1000")
-					_, _ = io.WriteString(w, `{"id":"chatcmpl-1",`)
-					w.(http.Flusher).Flush()
+			eachServer(t, func(t *testing.T, server string) {
+				var hits atomic.Int64
+				waiting := make(chan struct{}, 4)
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					_, _ = io.Copy(io.Discard, r.Body) // then net/http notices the gateway closing the connection
+					if tt.partial {
+						w.Header().Set("Content-Type", "application/json")
+						w.Header().Set("Content-Length", "1000")
+						_, _ = io.WriteString(w, `{"id":"chatcmpl-1",`)
+						w.(http.Flusher).Flush()
+					}
+					waiting <- struct{}{}
+					<-r.Context().Done() // never answers (in full): until the gateway gives up the attempt
+				}))
+				t.Cleanup(backend.Close)
+				logs := &records{}
+				g, addr, shutdown, done := drainGateway(t, backend.URL, "server: "+server+"\n"+
+					"drain_seconds: "+tt.drain+"\nlimits: {retry_after_seconds: 2}\noutlier_detection: {consecutive_connect_failures: 1}\n", logs)
+
+				res := postAsync(t, addr, tt.body)
+				<-waiting
+				if tt.partial { // the gateway reserved the buffer (2 x Content-Length): it is reading the body
+					require.Eventually(t, func() bool { _, b := g.InFlight(); return b >= 2000 }, 10*time.Second, time.Millisecond)
 				}
-				waiting <- struct{}{}
-				<-r.Context().Done() // never answers (in full): until the gateway gives up the attempt
-			}))
-			t.Cleanup(backend.Close)
-			logs := &records{}
-			g, addr, shutdown, done := drainGateway(t, backend.URL,
-				"drain_seconds: "+tt.drain+"\nlimits: {retry_after_seconds: 2}\noutlier_detection: {consecutive_connect_failures: 1}\n", logs)
+				shutdown()
+				if tt.endDrain {
+					g.EndDrain()
+				}
+				r := <-res
+				require.NoError(t, r.err, "an answer, not a closed connection")
+				body, err := io.ReadAll(r.resp.Body)
+				require.NoError(t, err)
+				_ = r.resp.Body.Close()
+				awaitServe(t, done)
 
-			res := postAsync(t, addr, tt.body)
-			<-waiting
-			if tt.partial { // the gateway reserved the buffer (2 x Content-Length): it is reading the body
-				require.Eventually(t, func() bool { _, b := g.InFlight(); return b >= 2000 }, 10*time.Second, time.Millisecond)
-			}
-			shutdown()
-			if tt.endDrain {
-				g.EndDrain()
-			}
-			r := <-res
-			require.NoError(t, r.err, "an answer, not a closed connection")
-			body, err := io.ReadAll(r.resp.Body)
-			require.NoError(t, err)
-			_ = r.resp.Body.Close()
-			awaitServe(t, done)
-
-			assert.Equal(t, http.StatusServiceUnavailable, r.resp.StatusCode)
-			assert.Equal(t, "2", r.resp.Header.Get("Retry-After"))
-			assert.Equal(t, "shutdown", errorCodeOf(t, string(body)))
-			assert.NotContains(t, string(body), "127.0.0.1")
-			assert.Equal(t, int64(1), hits.Load(), "not retried on another attempt")
-			assert.Equal(t, 1, logs.count("request cut by the shutdown drain"))
-			assert.Zero(t, logs.count("backend request failed"), "not the backend's failure")
-			assert.Zero(t, logs.count("backend state change")+logs.count("backend not ejected: max_ejection_percent reached"),
-				"not counted for outlier detection (one failure would eject)")
-			assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
-			assert.Equal(t, map[string]float64{"5xx/gateway": 1}, requestsByClass(t, g), "a 503 of the gateway's")
+				assert.Equal(t, http.StatusServiceUnavailable, r.resp.StatusCode)
+				assert.Equal(t, "2", r.resp.Header.Get("Retry-After"))
+				assert.Equal(t, "shutdown", errorCodeOf(t, string(body)))
+				assert.NotContains(t, string(body), "127.0.0.1")
+				assert.Equal(t, int64(1), hits.Load(), "not retried on another attempt")
+				assert.Equal(t, 1, logs.count("request cut by the shutdown drain"))
+				assert.Zero(t, logs.count("backend request failed"), "not the backend's failure")
+				assert.Zero(t, logs.count("backend state change")+logs.count("backend not ejected: max_ejection_percent reached"),
+					"not counted for outlier detection (one failure would eject)")
+				assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+				assert.Equal(t, map[string]float64{"5xx/gateway": 1}, requestsByClass(t, g), "a 503 of the gateway's")
+			})
 		})
 	}
 }
@@ -148,85 +150,89 @@ func (l *failingListener) Accept() (net.Conn, error) {
 // it returns the listener's error: a request waiting for its backend gets its answer.
 // (Before: Serve returned at once, and the command exited with the request unanswered.)
 func TestListenerFailureDrains(t *testing.T) {
-	waiting, release := make(chan struct{}, 1), make(chan struct{})
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		waiting <- struct{}{}
-		<-release
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"1"}`)
-	}))
-	t.Cleanup(backend.Close)
-	var once sync.Once
-	answer := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(answer) // first: a failed test does not leave the backend waiting
-	logs := &records{}
-	g, err := gateway.New(yamlConfig(t, []string{backend.URL}, []string{"b0"}, []float64{1},
-		"health: {enabled: false}\ndrain_seconds: 3600\n"), gateway.WithLogger(slog.New(logs)))
-	require.NoError(t, err)
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ln := &failingListener{Listener: inner, failed: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(context.Background(), ln) }()
+	eachServer(t, func(t *testing.T, server string) {
+		waiting, release := make(chan struct{}, 1), make(chan struct{})
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			waiting <- struct{}{}
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"id":"1"}`)
+		}))
+		t.Cleanup(backend.Close)
+		var once sync.Once
+		answer := func() { once.Do(func() { close(release) }) }
+		t.Cleanup(answer) // first: a failed test does not leave the backend waiting
+		logs := &records{}
+		g, err := gateway.New(yamlConfig(t, []string{backend.URL}, []string{"b0"}, []float64{1}, "server: "+server+"\n"+
+			"health: {enabled: false}\ndrain_seconds: 3600\n"), gateway.WithLogger(slog.New(logs)))
+		require.NoError(t, err)
+		inner, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ln := &failingListener{Listener: inner, failed: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() { done <- g.Serve(context.Background(), ln) }()
 
-	res := postAsync(t, inner.Addr().String(), `{"model":"m"}`)
-	<-waiting
-	ln.fail()
-	require.Eventually(t, func() bool { return logs.has("listener failed: no new connections; draining the requests in flight") },
-		10*time.Second, time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("Serve returned with a request in flight: %v", err)
-	default:
-	}
-	answer()
-	r := <-res
-	require.NoError(t, r.err)
-	body, err := io.ReadAll(r.resp.Body)
-	require.NoError(t, err)
-	_ = r.resp.Body.Close()
-	assert.Equal(t, http.StatusOK, r.resp.StatusCode)
-	assert.JSONEq(t, `{"id":"1","x_agent_serve":{"backend":"b0","affinity_hit":false,"tier":""}}`, string(body))
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, errAcceptFailed)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return")
-	}
+		res := postAsync(t, inner.Addr().String(), `{"model":"m"}`)
+		<-waiting
+		ln.fail()
+		require.Eventually(t, func() bool { return logs.has("listener failed: no new connections; draining the requests in flight") },
+			10*time.Second, time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("Serve returned with a request in flight: %v", err)
+		default:
+		}
+		answer()
+		r := <-res
+		require.NoError(t, r.err)
+		body, err := io.ReadAll(r.resp.Body)
+		require.NoError(t, err)
+		_ = r.resp.Body.Close()
+		assert.Equal(t, http.StatusOK, r.resp.StatusCode)
+		assert.JSONEq(t, `{"id":"1","x_agent_serve":{"backend":"b0","affinity_hit":false,"tier":""}}`, string(body))
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, errAcceptFailed)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return")
+		}
+	})
 }
 
 // A JSON body copied through (inject_metadata off) that the drain's end cuts is cut
 // short for its client, as documented, and like a cut stream it is logged as the drain's
 // cut and counted client_closed. (Before: no log line, and counted 2xx: tester35.)
 func TestDrainCutCopiedBody(t *testing.T) {
-	const sent, length = 70000, 100000
-	waiting := make(chan struct{}, 1)
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(length))
-		_, _ = io.WriteString(w, `{"id":"`+strings.Repeat("a", sent-7))
-		w.(http.Flusher).Flush()
-		waiting <- struct{}{}
-		<-r.Context().Done()
-	}))
-	t.Cleanup(backend.Close)
-	logs := &records{}
-	g, addr, shutdown, done := drainGateway(t, backend.URL, "drain_seconds: 3600\ninject_metadata: false\n", logs)
-	r := <-postAsync(t, addr, `{"model":"m"}`)
-	require.NoError(t, r.err)
-	defer r.resp.Body.Close()
-	<-waiting
-	// The gateway is copying the body (all but what its response buffer may still hold).
-	_, err := io.ReadFull(r.resp.Body, make([]byte, sent-8<<10))
-	require.NoError(t, err)
-	shutdown()
-	g.EndDrain()
-	_, err = io.ReadAll(r.resp.Body)
-	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut short")
-	awaitServe(t, done)
-	assert.Equal(t, 1, logs.count("request cut by the shutdown drain"))
-	assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
-	assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+	eachServer(t, func(t *testing.T, server string) {
+		const sent, length = 70000, 100000
+		waiting := make(chan struct{}, 1)
+		backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(length))
+			_, _ = io.WriteString(w, `{"id":"`+strings.Repeat("a", sent-7))
+			w.(http.Flusher).Flush()
+			waiting <- struct{}{}
+			<-r.Context().Done()
+		}))
+		t.Cleanup(backend.Close)
+		logs := &records{}
+		g, addr, shutdown, done := drainGateway(t, backend.URL, "server: "+server+"\n"+"drain_seconds: 3600\ninject_metadata: false\n", logs)
+		r := <-postAsync(t, addr, `{"model":"m"}`)
+		require.NoError(t, r.err)
+		defer r.resp.Body.Close()
+		<-waiting
+		// The gateway is copying the body (all but what its response buffer may still hold).
+		_, err := io.ReadFull(r.resp.Body, make([]byte, sent-8<<10))
+		require.NoError(t, err)
+		shutdown()
+		g.EndDrain()
+		_, err = io.ReadAll(r.resp.Body)
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut short")
+		awaitServe(t, done)
+		assert.Equal(t, 1, logs.count("request cut by the shutdown drain"))
+		assert.Equal(t, map[string]float64{"client_closed/backend": 1}, requestsByClass(t, g))
+		assert.Zero(t, g.Scheduler().Load("b0").Requests, "the lease released")
+	})
 }

@@ -34,56 +34,58 @@ func TestShutdownDrainCutsAndEndsEarly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			streaming := make(chan struct{}, 1)
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "text/event-stream")
-				_, _ = io.WriteString(w, "data: {}\n\n")
-				w.(http.Flusher).Flush()
-				streaming <- struct{}{}
-				<-r.Context().Done() // until the gateway closes the connection
-			}))
-			t.Cleanup(backend.Close)
-			logs := &records{}
-			g, err := gateway.New(yamlConfig(t, []string{backend.URL}, []string{"b0"}, []float64{1},
-				"health: {enabled: false}\ndrain_seconds: "+tt.drain+"\n"), gateway.WithLogger(slog.New(logs)))
-			require.NoError(t, err)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- g.Serve(ctx, ln) }()
-
-			req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/chat/completions",
-				strings.NewReader(`{"model":"m","stream":true}`))
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Session-ID", "s1")
-			client := &http.Client{}
-			resp, err := client.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			line, err := bufio.NewReader(resp.Body).ReadString('\n')
-			require.NoError(t, err)
-			require.Equal(t, "data: {}\n", line)
-			<-streaming
-
-			cancel() // the first signal: the drain begins
-			if tt.endDrain {
-				g.EndDrain() // the second
-			}
-			select {
-			case err := <-done:
+			eachServer(t, func(t *testing.T, server string) {
+				streaming := make(chan struct{}, 1)
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					_, _ = io.WriteString(w, "data: {}\n\n")
+					w.(http.Flusher).Flush()
+					streaming <- struct{}{}
+					<-r.Context().Done() // until the gateway closes the connection
+				}))
+				t.Cleanup(backend.Close)
+				logs := &records{}
+				g, err := gateway.New(yamlConfig(t, []string{backend.URL}, []string{"b0"}, []float64{1},
+					"server: "+server+"\nhealth: {enabled: false}\ndrain_seconds: "+tt.drain+"\n"), gateway.WithLogger(slog.New(logs)))
 				require.NoError(t, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("Serve did not return: the drain was not ended")
-			}
-			_, err = io.ReadAll(resp.Body)
-			require.Error(t, err, "the stream was cut")
-			require.Eventually(t, func() bool { return logs.has("request cut by the shutdown drain") },
-				10*time.Second, time.Millisecond)
-			assert.False(t, logs.has("client went away mid-response"))
-			assert.Contains(t, logs.warnings(), tt.wantWarn)
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				done := make(chan error, 1)
+				go func() { done <- g.Serve(ctx, ln) }()
+
+				req, err := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/chat/completions",
+					strings.NewReader(`{"model":"m","stream":true}`))
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Session-ID", "s1")
+				client := &http.Client{}
+				resp, err := client.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				require.NoError(t, err)
+				require.Equal(t, "data: {}\n", line)
+				<-streaming
+
+				cancel() // the first signal: the drain begins
+				if tt.endDrain {
+					g.EndDrain() // the second
+				}
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				case <-time.After(10 * time.Second):
+					t.Fatal("Serve did not return: the drain was not ended")
+				}
+				_, err = io.ReadAll(resp.Body)
+				require.Error(t, err, "the stream was cut")
+				require.Eventually(t, func() bool { return logs.has("request cut by the shutdown drain") },
+					10*time.Second, time.Millisecond)
+				assert.False(t, logs.has("client went away mid-response"))
+				assert.Contains(t, logs.warnings(), tt.wantWarn)
+			})
 		})
 	}
 }

@@ -149,7 +149,14 @@ func rawServer(t *testing.T, serve func(c net.Conn)) string {
 // serveGateway serves a gateway over one backend b0 at url (backend_client client,
 // health checks off, the rest of the config extra, YAML lines) on an httptest server,
 // closed with its gateway at the test's end.
-func serveGateway(t *testing.T, client, url string, extra ...string) *httptest.Server {
+func serveGateway(t *testing.T, client, url string, extra ...string) *front {
+	t.Helper()
+	return serveGatewayOn(t, gateway.ServerNetHTTP, client, url, extra...)
+}
+
+// serveGatewayOn is serveGateway with the front server server (gateway.ServerNetHTTP
+// or ServerDirect).
+func serveGatewayOn(t *testing.T, server, client, url string, extra ...string) *front {
 	t.Helper()
 	cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client + "\n" +
 		strings.Join(extra, "") + "backends:\n  - {id: b0, url: \"" + url + "\"}\n"))
@@ -157,9 +164,7 @@ func serveGateway(t *testing.T, client, url string, extra ...string) *httptest.S
 	g, err := gateway.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
-	srv := httptest.NewServer(g)
-	t.Cleanup(srv.Close)
-	return srv
+	return newFront(t, server, g, nil)
 }
 
 // dialGateway serves a gateway over one backend b0 at url (backend_client client, health
@@ -167,7 +172,13 @@ func serveGateway(t *testing.T, client, url string, extra ...string) *httptest.S
 // read the exact bytes a client gets. Everything is closed at the test's end.
 func dialGateway(t *testing.T, client, url string) net.Conn {
 	t.Helper()
-	srv := serveGateway(t, client, url)
+	return dialGatewayOn(t, gateway.ServerNetHTTP, client, url)
+}
+
+// dialGatewayOn is dialGateway with the front server server.
+func dialGatewayOn(t *testing.T, server, client, url string) net.Conn {
+	t.Helper()
+	srv := serveGatewayOn(t, server, client, url)
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

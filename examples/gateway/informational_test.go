@@ -48,33 +48,35 @@ func TestBackendInformationalResponses(t *testing.T) {
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		for _, tt := range tests {
 			t.Run(client+"/"+tt.name, func(t *testing.T) {
-				c := dialGateway(t, client, informationalServer(t))
-				head := "POST /v1/chat/completions " + tt.proto + "\r\nHost: gw\r\nX-Session-ID: s1\r\n" +
-					"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(chatBody)) + "\r\nConnection: close\r\n"
-				if tt.expect {
-					head += "Expect: 100-continue\r\n"
-				}
-				_, err := io.WriteString(c, head+"\r\n")
-				require.NoError(t, err)
-				br := bufio.NewReader(c)
-				var all string
-				if tt.expect {
-					first, err := br.ReadString('\n')
+				eachServer(t, func(t *testing.T, server string) {
+					c := dialGatewayOn(t, server, client, informationalServer(t))
+					head := "POST /v1/chat/completions " + tt.proto + "\r\nHost: gw\r\nX-Session-ID: s1\r\n" +
+						"Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(chatBody)) + "\r\nConnection: close\r\n"
+					if tt.expect {
+						head += "Expect: 100-continue\r\n"
+					}
+					_, err := io.WriteString(c, head+"\r\n")
 					require.NoError(t, err)
-					require.Equal(t, "HTTP/1.1 100 Continue\r\n", first, "the gateway asks for the body")
-					all = first
-				}
-				_, err = io.WriteString(c, chatBody)
-				require.NoError(t, err)
-				rest, err := io.ReadAll(br)
-				require.NoError(t, err)
-				all += string(rest)
+					br := bufio.NewReader(c)
+					var all string
+					if tt.expect {
+						first, err := br.ReadString('\n')
+						require.NoError(t, err)
+						require.Equal(t, "HTTP/1.1 100 Continue\r\n", first, "the gateway asks for the body")
+						all = first
+					}
+					_, err = io.WriteString(c, chatBody)
+					require.NoError(t, err)
+					rest, err := io.ReadAll(br)
+					require.NoError(t, err)
+					all += string(rest)
 
-				assert.Equal(t, tt.want100, strings.Count(all, " 100 Continue\r\n"), "response:\n%s", all)
-				assert.Equal(t, tt.want103, strings.Count(all, " 103 Early Hints\r\n"), "response:\n%s", all)
-				assert.Equal(t, tt.wantLink, strings.Contains(all, "Link: </style.css>"), "response:\n%s", all)
-				assert.Contains(t, all, " 200 OK\r\n")
-				assert.Contains(t, all, `"ok":true`)
+					assert.Equal(t, tt.want100, strings.Count(all, " 100 Continue\r\n"), "response:\n%s", all)
+					assert.Equal(t, tt.want103, strings.Count(all, " 103 Early Hints\r\n"), "response:\n%s", all)
+					assert.Equal(t, tt.wantLink, strings.Contains(all, "Link: </style.css>"), "response:\n%s", all)
+					assert.Contains(t, all, " 200 OK\r\n")
+					assert.Contains(t, all, `"ok":true`)
+				})
 			})
 		}
 	}

@@ -124,22 +124,24 @@ func TestInjectMetadataSkipsTrailers(t *testing.T) {
 	} {
 		client := tc.client
 		t.Run(client+tc.query, func(t *testing.T) {
-			srv := serveGateway(t, client, be.URL)
-			resp := postChat(t, srv, tc.query)
-			defer resp.Body.Close()
-			got, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			assert.Equal(t, body, string(got), "not injected")
-			assert.Equal(t, int64(-1), resp.ContentLength, "chunked")
-			assert.Equal(t, "v1", resp.Trailer.Get("X-T1"), "the trailer arrives")
-			assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend), "the headers still carry the metadata")
+			eachServer(t, func(t *testing.T, server string) {
+				srv := serveGatewayOn(t, server, client, be.URL)
+				resp := postChat(t, srv, tc.query)
+				defer resp.Body.Close()
+				got, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				assert.Equal(t, body, string(got), "not injected")
+				assert.Equal(t, int64(-1), resp.ContentLength, "chunked")
+				assert.Equal(t, "v1", resp.Trailer.Get("X-T1"), "the trailer arrives")
+				assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend), "the headers still carry the metadata")
+			})
 		})
 	}
 }
 
 // postChat posts session s1's chat completion {"model":"m"} to the gateway served by srv,
 // with query (including its "?", or "") after the path.
-func postChat(t *testing.T, srv *httptest.Server, query string) *http.Response {
+func postChat(t *testing.T, srv *front, query string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions"+query, strings.NewReader(`{"model":"m"}`))
 	require.NoError(t, err)

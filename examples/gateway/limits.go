@@ -212,6 +212,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	case errors.Is(err, errOverBudget):
 		g.overloaded(w, st.rt, "request bytes in flight exceed limits.max_inflight_bytes")
 	case errors.As(err, &tooBig):
+		// net/http's server closes the connection after a MaxBytesReader hit (its own
+		// hook); say so for any server (server: direct discards up to 256 KiB otherwise).
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", max))
 	case isTimeout(err):

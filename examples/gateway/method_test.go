@@ -92,39 +92,41 @@ func TestRefusedMethods(t *testing.T) {
 // (Before: each was forwarded as "CONNECT /pre/", the backend closed, and the third one
 // ejected it — "outlier detection: 3 consecutive connection failures".)
 func TestConnectDoesNotEjectBackend(t *testing.T) {
-	var conns atomic.Int64
-	closer := rawServer(t, func(c net.Conn) { conns.Add(1) }) // closes every connection unanswered
-	other := rawServer(t, func(c net.Conn) { conns.Add(1) })
-	cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf("health: {enabled: false}\n"+
-		"outlier_detection: {consecutive_connect_failures: 3}\nbackends:\n"+
-		"  - {id: b0, url: %q}\n  - {id: b1, url: %q}\n", closer+"/pre", other+"/pre")))
-	require.NoError(t, err)
-	g, err := gateway.New(cfg)
-	require.NoError(t, err)
-	t.Cleanup(g.Close)
-	srv := httptest.NewServer(g)
-	t.Cleanup(srv.Close)
+	eachServer(t, func(t *testing.T, server string) {
+		var conns atomic.Int64
+		closer := rawServer(t, func(c net.Conn) { conns.Add(1) }) // closes every connection unanswered
+		other := rawServer(t, func(c net.Conn) { conns.Add(1) })
+		cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf("health: {enabled: false}\n"+
+			"outlier_detection: {consecutive_connect_failures: 3}\nbackends:\n"+
+			"  - {id: b0, url: %q}\n  - {id: b1, url: %q}\n", closer+"/pre", other+"/pre")))
+		require.NoError(t, err)
+		g, err := gateway.New(cfg)
+		require.NoError(t, err)
+		t.Cleanup(g.Close)
+		srv := newFront(t, server, g, nil)
+		t.Cleanup(srv.Close)
 
-	for i := range 6 {
-		c, err := net.Dial("tcp", srv.Listener.Addr().String())
-		require.NoError(t, err)
-		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-		target := "127.0.0.1:41001"
-		if i%2 == 1 {
-			target = "/v1/chat/completions" // origin-form, with a session: would bind
+		for i := range 6 {
+			c, err := net.Dial("tcp", srv.Listener.Addr().String())
+			require.NoError(t, err)
+			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+			target := "127.0.0.1:41001"
+			if i%2 == 1 {
+				target = "/v1/chat/completions" // origin-form, with a session: would bind
+			}
+			_, err = fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: 127.0.0.1:41001\r\nX-Session-ID: s%d\r\n\r\n", target, i)
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assertMethodNotAllowed(t, resp.StatusCode, resp.Header, body)
+			_ = c.Close()
 		}
-		_, err = fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: 127.0.0.1:41001\r\nX-Session-ID: s%d\r\n\r\n", target, i)
-		require.NoError(t, err)
-		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		assertMethodNotAllowed(t, resp.StatusCode, resp.Header, body)
-		_ = c.Close()
-	}
-	assert.Zero(t, conns.Load(), "no backend was contacted")
-	hs := g.Scheduler().Health()
-	assert.Equal(t, health.Healthy, hs.State("b0"), "not ejected")
-	assert.Equal(t, health.Healthy, hs.State("b1"), "not ejected")
-	assert.Zero(t, g.Scheduler().Len(), "nothing bound")
+		assert.Zero(t, conns.Load(), "no backend was contacted")
+		hs := g.Scheduler().Health()
+		assert.Equal(t, health.Healthy, hs.State("b0"), "not ejected")
+		assert.Equal(t, health.Healthy, hs.State("b1"), "not ejected")
+		assert.Zero(t, g.Scheduler().Len(), "nothing bound")
+	})
 }

@@ -41,126 +41,128 @@ func TestTimeoutCountsOnlyWithoutProgress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			release := make(chan struct{})
-			arrived := make(chan struct{}, tt.waiting)
-			hold := func(r *http.Request) {
-				select {
-				case <-r.Context().Done():
-				case <-release:
+			eachServer(t, func(t *testing.T, server string) {
+				release := make(chan struct{})
+				arrived := make(chan struct{}, tt.waiting)
+				hold := func(r *http.Request) {
+					select {
+					case <-r.Context().Done():
+					case <-release:
+					}
 				}
-			}
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, _ = io.Copy(io.Discard, r.Body)
-				switch r.Header.Get("X-Test-Mode") {
-				case "wait":
-					if tt.stream {
+				backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					switch r.Header.Get("X-Test-Mode") {
+					case "wait":
+						if tt.stream {
+							w.Header().Set("Content-Type", "text/event-stream")
+							_, _ = io.WriteString(w, "c0")
+							w.(http.Flusher).Flush()
+						}
+						arrived <- struct{}{}
+						hold(r)
+					case "gen", "models":
+						// Later than the progress granularity after the stalled stream's own
+						// chunk, so its progress would be recorded (progress.go).
+						select {
+						case <-time.After(100 * time.Millisecond):
+						case <-release:
+							return
+						}
+						w.Header().Set("Content-Type", "application/json")
+						_, _ = io.WriteString(w, `{"ok":true}`)
+					case "headers": // a stream whose engine never generates
+						select {
+						case <-time.After(100 * time.Millisecond):
+						case <-release:
+							return
+						}
 						w.Header().Set("Content-Type", "text/event-stream")
-						_, _ = io.WriteString(w, "c0")
+						w.WriteHeader(http.StatusOK)
 						w.(http.Flusher).Flush()
+						hold(r)
 					}
-					arrived <- struct{}{}
-					hold(r)
+				}))
+				t.Cleanup(backend.Close)
+				t.Cleanup(func() { close(release) }) // runs before backend.Close
+				other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+				t.Cleanup(other.Close)
+				logger, logs := captureLogs()
+				g, err := gateway.New(gateway.Config{
+					Backends: []gateway.BackendConfig{{ID: "a", URL: backend.URL, Tier: "t"}, {ID: "b", URL: other.URL}},
+					Health:   gateway.HealthConfig{Enabled: new(false)},
+					Timeouts: gateway.TimeoutsConfig{
+						ResponseHeaderSeconds: bound.Seconds(), StreamIdleSeconds: bound.Seconds(),
+					},
+					OutlierDetection:    gateway.OutlierConfig{ConsecutiveConnectFailures: tt.threshold},
+					RetryOnConnectError: new(false),
+				}, gateway.WithLogger(logger))
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				front := newFront(t, server, g, nil)
+				t.Cleanup(front.Close)
+				send := func(method, path, mode string) *http.Response {
+					req, err := http.NewRequest(method, front.URL+path, strings.NewReader(`{"model":"m"}`))
+					require.NoError(t, err)
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("X-Test-Mode", mode)
+					req.Header.Set(gateway.DefaultTierHeader, "t") // backend a alone
+					resp, err := front.Client().Do(req)
+					require.NoError(t, err)
+					return resp
+				}
+
+				var wg sync.WaitGroup
+				for range tt.waiting {
+					wg.Go(func() {
+						resp := send(http.MethodPost, "/v1/chat/completions", "wait")
+						defer resp.Body.Close()
+						body, rerr := io.ReadAll(resp.Body)
+						if tt.stream {
+							assert.Equal(t, http.StatusOK, resp.StatusCode)
+							assert.Error(t, rerr, "the client sees a cut stream")
+							before, code, _ := splitErrorEvent(t, string(body))
+							assert.Equal(t, "c0\n\n", before)
+							assert.Equal(t, "backend_timeout", code)
+						} else {
+							assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, "the client still gets its 504")
+							assert.Contains(t, string(body), "backend_timeout")
+						}
+					})
+				}
+				for range tt.waiting {
+					<-arrived
+				}
+				switch tt.other {
 				case "gen", "models":
-					// Later than the progress granularity after the stalled stream's own
-					// chunk, so its progress would be recorded (progress.go).
-					select {
-					case <-time.After(100 * time.Millisecond):
-					case <-release:
-						return
+					method, path := http.MethodPost, "/v1/chat/completions"
+					if tt.other == "models" {
+						method, path = http.MethodGet, "/v1/models"
 					}
-					w.Header().Set("Content-Type", "application/json")
-					_, _ = io.WriteString(w, `{"ok":true}`)
-				case "headers": // a stream whose engine never generates
-					select {
-					case <-time.After(100 * time.Millisecond):
-					case <-release:
-						return
-					}
-					w.Header().Set("Content-Type", "text/event-stream")
-					w.WriteHeader(http.StatusOK)
-					w.(http.Flusher).Flush()
-					hold(r)
+					resp := send(method, path, tt.other)
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					require.NoError(t, err)
+					require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+				case "headers":
+					wg.Go(func() {
+						resp := send(http.MethodPost, "/v1/chat/completions", "headers")
+						defer resp.Body.Close()
+						_, _ = io.Copy(io.Discard, resp.Body) // cut at the stream-idle bound, or by the backend
+					})
 				}
-			}))
-			t.Cleanup(backend.Close)
-			t.Cleanup(func() { close(release) }) // runs before backend.Close
-			other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			t.Cleanup(other.Close)
-			logger, logs := captureLogs()
-			g, err := gateway.New(gateway.Config{
-				Backends: []gateway.BackendConfig{{ID: "a", URL: backend.URL, Tier: "t"}, {ID: "b", URL: other.URL}},
-				Health:   gateway.HealthConfig{Enabled: new(false)},
-				Timeouts: gateway.TimeoutsConfig{
-					ResponseHeaderSeconds: bound.Seconds(), StreamIdleSeconds: bound.Seconds(),
-				},
-				OutlierDetection:    gateway.OutlierConfig{ConsecutiveConnectFailures: tt.threshold},
-				RetryOnConnectError: new(false),
-			}, gateway.WithLogger(logger))
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			front := httptest.NewServer(g)
-			t.Cleanup(front.Close)
-			send := func(method, path, mode string) *http.Response {
-				req, err := http.NewRequest(method, front.URL+path, strings.NewReader(`{"model":"m"}`))
-				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Test-Mode", mode)
-				req.Header.Set(gateway.DefaultTierHeader, "t") // backend a alone
-				resp, err := front.Client().Do(req)
-				require.NoError(t, err)
-				return resp
-			}
+				wg.Wait()
 
-			var wg sync.WaitGroup
-			for range tt.waiting {
-				wg.Go(func() {
-					resp := send(http.MethodPost, "/v1/chat/completions", "wait")
-					defer resp.Body.Close()
-					body, rerr := io.ReadAll(resp.Body)
-					if tt.stream {
-						assert.Equal(t, http.StatusOK, resp.StatusCode)
-						assert.Error(t, rerr, "the client sees a cut stream")
-						before, code, _ := splitErrorEvent(t, string(body))
-						assert.Equal(t, "c0\n\n", before)
-						assert.Equal(t, "backend_timeout", code)
-					} else {
-						assert.Equal(t, http.StatusGatewayTimeout, resp.StatusCode, "the client still gets its 504")
-						assert.Contains(t, string(body), "backend_timeout")
-					}
-				})
-			}
-			for range tt.waiting {
-				<-arrived
-			}
-			switch tt.other {
-			case "gen", "models":
-				method, path := http.MethodPost, "/v1/chat/completions"
-				if tt.other == "models" {
-					method, path = http.MethodGet, "/v1/models"
+				if tt.wantDown {
+					assert.Equal(t, []string{"a"}, g.PassivelyDown())
+					assert.NotContains(t, logs.String(), "not counted", "nothing excused them")
+				} else {
+					assert.Empty(t, g.PassivelyDown(), "slow, not wedged: %s", logs)
+					assert.Equal(t, tt.waiting, strings.Count(logs.String(), "not counted"), "each one says why: %s", logs)
 				}
-				resp := send(method, path, tt.other)
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				require.NoError(t, err)
-				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-			case "headers":
-				wg.Go(func() {
-					resp := send(http.MethodPost, "/v1/chat/completions", "headers")
-					defer resp.Body.Close()
-					_, _ = io.Copy(io.Discard, resp.Body) // cut at the stream-idle bound, or by the backend
-				})
-			}
-			wg.Wait()
-
-			if tt.wantDown {
-				assert.Equal(t, []string{"a"}, g.PassivelyDown())
-				assert.NotContains(t, logs.String(), "not counted", "nothing excused them")
-			} else {
-				assert.Empty(t, g.PassivelyDown(), "slow, not wedged: %s", logs)
-				assert.Equal(t, tt.waiting, strings.Count(logs.String(), "not counted"), "each one says why: %s", logs)
-			}
-			front.Close() // waits for the handlers
-			assert.Zero(t, g.Scheduler().Load("a").Requests, "every lease released")
+				front.Close() // waits for the handlers
+				assert.Zero(t, g.Scheduler().Load("a").Requests, "every lease released")
+			})
 		})
 	}
 }

@@ -155,45 +155,47 @@ func TestDrainSecondsConfig(t *testing.T) {
 // The drain is bounded: a request still waiting for its backend after drain_seconds is
 // answered a 503 "shutdown" (drain_pending_test.go has the details) and Serve returns.
 func TestServeDrainIsBounded(t *testing.T) {
-	release := make(chan struct{})
-	started := make(chan struct{}, 1)
-	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		started <- struct{}{}
-		<-release
-	}))
-	t.Cleanup(stuck.Close)
-	t.Cleanup(func() { close(release) })
-	// No health checks: started is the client's request, not a probe's.
-	g, err := gateway.New(yamlConfig(t, []string{stuck.URL}, []string{"b0"}, []float64{1}, "drain_seconds: 0.05\nhealth: {enabled: false}\n"))
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, ln) }()
-	type answer struct {
-		status int
-		err    error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			got <- answer{err: err}
-			return
-		}
-		resp.Body.Close()
-		got <- answer{status: resp.StatusCode}
-	}()
-	<-started
-	cancel()
-	select {
-	case err := <-done:
+	eachServer(t, func(t *testing.T, server string) {
+		release := make(chan struct{})
+		started := make(chan struct{}, 1)
+		stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			<-release
+		}))
+		t.Cleanup(stuck.Close)
+		t.Cleanup(func() { close(release) })
+		// No health checks: started is the client's request, not a probe's.
+		g, err := gateway.New(yamlConfig(t, []string{stuck.URL}, []string{"b0"}, []float64{1}, "server: "+server+"\ndrain_seconds: 0.05\nhealth: {enabled: false}\n"))
 		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return after drain_seconds")
-	}
-	a := <-got
-	require.NoError(t, a.err, "the request still waiting after the drain is answered")
-	assert.Equal(t, http.StatusServiceUnavailable, a.status)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- g.Serve(ctx, ln) }()
+		type answer struct {
+			status int
+			err    error
+		}
+		got := make(chan answer, 1)
+		go func() {
+			resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+			if err != nil {
+				got <- answer{err: err}
+				return
+			}
+			resp.Body.Close()
+			got <- answer{status: resp.StatusCode}
+		}()
+		<-started
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return after drain_seconds")
+		}
+		a := <-got
+		require.NoError(t, a.err, "the request still waiting after the drain is answered")
+		assert.Equal(t, http.StatusServiceUnavailable, a.status)
+	})
 }

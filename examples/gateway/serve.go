@@ -85,7 +85,8 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 }
 
 // Serve serves HTTP on ln (at most limits.max_connections client connections at once,
-// with the bounds of [Gateway.HTTPServer]) and runs [Gateway.Run] until ctx is done, then
+// with the bounds of [Gateway.HTTPServer], on the server Config.Server names:
+// net/http's, or the gateway's own with [ServerDirect]; the drain below holds for both) and runs [Gateway.Run] until ctx is done, then
 // shuts the server down gracefully: it stops accepting, lets in-flight requests finish for up to
 // drain_seconds (default 10 s) or until [Gateway.EndDrain]. Then each request still
 // waiting for its backend's response headers, or still uploading its body (then with
@@ -157,13 +158,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		keep = g.loadAtStart(loaded) // snapshot_damaged.go
 	}
 	g.phase.Store(phaseServing)
-	srv := g.HTTPServer()
-	srv.Handler = g.drain.counted(srv.Handler) // waited for after the drain
 	// Hijacked connections (upgrade tunnels, tunnel.go) are not Shutdown's: they end with
 	// their requests' contexts, cancelled when the drain is over.
 	tunnels, closeTunnels := context.WithCancel(context.Background())
 	defer closeTunnels()
-	srv.BaseContext = func(net.Listener) context.Context { return tunnels }
+	srv := g.newServer(g.drain.counted(g), tunnels) // counted: waited for after the drain
 	ln = netutil.LimitListener(ln, g.state().cfg.Limits.MaxConnections)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -208,7 +207,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 
 // drainServer is Serve's shutdown drain of srv (shutdown), its log lines, and the
 // bounded wait for the handlers it cut.
-func (g *Gateway) drainServer(ctx context.Context, srv *http.Server, closeTunnels func()) {
+func (g *Gateway) drainServer(ctx context.Context, srv httpServer, closeTunnels func()) {
 	drain := time.Duration(g.state().cfg.DrainSeconds * float64(time.Second))
 	switch g.shutdown(ctx, srv, drain, closeTunnels) {
 	case "drain_seconds":
@@ -230,8 +229,9 @@ func (g *Gateway) drainServer(ctx context.Context, srv *http.Server, closeTunnel
 // so is each write of the response (timeouts.client_write_seconds: a deadline renewed as
 // the client reads); there is no WriteTimeout: streams last as long as the backend keeps
 // sending (bounded by timeouts.stream_idle_seconds between chunks) and the client reads.
-// [Gateway.Serve] uses it; embedders
-// serving the gateway themselves should too.
+// [Gateway.Serve] uses it (with server: nethttp, the default; with [ServerDirect] it
+// serves with the gateway's own server under the same bounds); embedders
+// serving the gateway themselves should use it too.
 // These are read when the server is made: a Reload does not change them.
 func (g *Gateway) HTTPServer() *http.Server {
 	cfg := g.state().cfg
@@ -275,6 +275,10 @@ func restartOnly(old, next Config) error {
 	if isDirect(old.BackendClient) != isDirect(next.BackendClient) {
 		return fmt.Errorf("%w: backend_client %q -> %q", ErrReloadNeedsRestart,
 			orDefault(old.BackendClient, BackendClientDirect), orDefault(next.BackendClient, BackendClientDirect))
+	}
+	if isDirectServer(old.Server) != isDirectServer(next.Server) {
+		return fmt.Errorf("%w: server %q -> %q", ErrReloadNeedsRestart,
+			orDefault(old.Server, ServerNetHTTP), orDefault(next.Server, ServerNetHTTP))
 	}
 	for _, f := range []struct {
 		name      string

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
@@ -48,41 +47,43 @@ func earlyHintsThenCloseServer(t *testing.T, id string) string {
 func TestRespondedConnIsNotStale(t *testing.T) {
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		t.Run(client, func(t *testing.T) {
-			cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
-				"\noutlier_detection: {consecutive_connect_failures: 1}\nbackends:\n" +
-				"  - {id: b0, url: \"" + earlyHintsThenCloseServer(t, "b0") + "\"}\n" +
-				"  - {id: b1, url: \"" + earlyHintsThenCloseServer(t, "b1") + "\"}\n"))
-			require.NoError(t, err)
-			g, err := gateway.New(cfg)
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			srv := httptest.NewServer(g)
-			t.Cleanup(srv.Close)
+			eachServer(t, func(t *testing.T, server string) {
+				cfg, err := gateway.ParseConfig([]byte("health: {enabled: false}\nbackend_client: " + client +
+					"\noutlier_detection: {consecutive_connect_failures: 1}\nbackends:\n" +
+					"  - {id: b0, url: \"" + earlyHintsThenCloseServer(t, "b0") + "\"}\n" +
+					"  - {id: b1, url: \"" + earlyHintsThenCloseServer(t, "b1") + "\"}\n"))
+				require.NoError(t, err)
+				g, err := gateway.New(cfg)
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				srv := newFront(t, server, g, nil)
+				t.Cleanup(srv.Close)
 
-			get := func() (from string, hints int) {
-				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
-					if code == http.StatusEarlyHints {
-						hints++
-					}
-					return nil
-				}}
-				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, srv.URL+"/v1/models", nil)
-				require.NoError(t, err)
-				req.Header.Set("X-Session-ID", "s1")
-				resp, err := srv.Client().Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				_, _ = io.Copy(io.Discard, resp.Body)
-				require.Equal(t, http.StatusOK, resp.StatusCode)
-				return resp.Header.Get("X-From"), hints
-			}
-			bound, hints := get() // leaves an idle connection to the bound backend
-			require.NotEmpty(t, bound)
-			assert.Zero(t, hints)
-			from, hints := get() // that connection sends a 103 and closes
-			assert.NotEqual(t, bound, from, "not replayed on the backend that answered")
-			assert.Equal(t, 1, hints, "the failed attempt's 103 reaches the client once")
-			assert.Equal(t, []string{bound}, g.PassivelyDown(), "the failure counts")
+				get := func() (from string, hints int) {
+					trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+						if code == http.StatusEarlyHints {
+							hints++
+						}
+						return nil
+					}}
+					req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, srv.URL+"/v1/models", nil)
+					require.NoError(t, err)
+					req.Header.Set("X-Session-ID", "s1")
+					resp, err := srv.Client().Do(req)
+					require.NoError(t, err)
+					defer resp.Body.Close()
+					_, _ = io.Copy(io.Discard, resp.Body)
+					require.Equal(t, http.StatusOK, resp.StatusCode)
+					return resp.Header.Get("X-From"), hints
+				}
+				bound, hints := get() // leaves an idle connection to the bound backend
+				require.NotEmpty(t, bound)
+				assert.Zero(t, hints)
+				from, hints := get() // that connection sends a 103 and closes
+				assert.NotEqual(t, bound, from, "not replayed on the backend that answered")
+				assert.Equal(t, 1, hints, "the failed attempt's 103 reaches the client once")
+				assert.Equal(t, []string{bound}, g.PassivelyDown(), "the failure counts")
+			})
 		})
 	}
 }
@@ -94,42 +95,44 @@ func TestRespondedConnIsNotStale(t *testing.T) {
 func TestStaleRetryReplaysBody(t *testing.T) {
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		t.Run(client, func(t *testing.T) {
-			bodies := make(chan string, 8)
-			url := rawServer(t, func(c net.Conn) {
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
+			eachServer(t, func(t *testing.T, server string) {
+				bodies := make(chan string, 8)
+				url := rawServer(t, func(c net.Conn) {
+					br := bufio.NewReader(c)
+					for n := 0; ; n++ {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						b, _ := io.ReadAll(req.Body)
+						bodies <- string(b)
+						if n > 0 {
+							return // the second request on a connection: closed unanswered
+						}
+						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
 					}
-					b, _ := io.ReadAll(req.Body)
-					bodies <- string(b)
-					if n > 0 {
-						return // the second request on a connection: closed unanswered
-					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+				})
+				srv := serveGatewayOn(t, server, client, url)
+				post := func(body string) int {
+					req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
+					require.NoError(t, err)
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("X-Session-ID", "s1")
+					req.Header.Set("Idempotency-Key", "k1")
+					resp, err := srv.Client().Do(req)
+					require.NoError(t, err)
+					defer resp.Body.Close()
+					_, _ = io.Copy(io.Discard, resp.Body)
+					return resp.StatusCode
 				}
+				first, second := `{"model":"m","n":1}`, `{"model":"m","n":2,"messages":[]}`
+				require.Equal(t, http.StatusOK, post(first))
+				require.Equal(t, http.StatusOK, post(second)) // stale connection, then a fresh one
+				require.Len(t, bodies, 3)
+				assert.Equal(t, first, <-bodies)
+				assert.Equal(t, second, <-bodies, "the attempt on the stale connection")
+				assert.Equal(t, second, <-bodies, "the replay")
 			})
-			srv := serveGateway(t, client, url)
-			post := func(body string) int {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(body))
-				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", "s1")
-				req.Header.Set("Idempotency-Key", "k1")
-				resp, err := srv.Client().Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				_, _ = io.Copy(io.Discard, resp.Body)
-				return resp.StatusCode
-			}
-			first, second := `{"model":"m","n":1}`, `{"model":"m","n":2,"messages":[]}`
-			require.Equal(t, http.StatusOK, post(first))
-			require.Equal(t, http.StatusOK, post(second)) // stale connection, then a fresh one
-			require.Len(t, bodies, 3)
-			assert.Equal(t, first, <-bodies)
-			assert.Equal(t, second, <-bodies, "the attempt on the stale connection")
-			assert.Equal(t, second, <-bodies, "the replay")
 		})
 	}
 }

@@ -82,41 +82,43 @@ func TestStreamCutErrorEvent(t *testing.T) {
 	for _, client := range []string{"direct", "nethttp"} {
 		for _, tt := range tests {
 			t.Run(client+"/"+tt.name, func(t *testing.T) {
-				url := requestServer(t, func(c net.Conn, _ *http.Request) {
-					_, _ = io.WriteString(c, tt.head+tt.body)
-					switch tt.end {
-					case resetConn:
-						_ = c.(*net.TCPConn).SetLinger(0)
-					case stallConn:
-						_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
+				eachServer(t, func(t *testing.T, server string) {
+					url := requestServer(t, func(c net.Conn, _ *http.Request) {
+						_, _ = io.WriteString(c, tt.head+tt.body)
+						switch tt.end {
+						case resetConn:
+							_ = c.(*net.TCPConn).SetLinger(0)
+						case stallConn:
+							_, _ = io.Copy(io.Discard, c) // until the gateway closes the connection
+						}
+					})
+					srv := serveGatewayOn(t, server, client, url, tt.extra)
+					req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
+					require.NoError(t, err)
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("X-Session-ID", "s1")
+					resp, err := srv.Client().Do(req)
+					require.NoError(t, err)
+					defer resp.Body.Close()
+					require.Equal(t, http.StatusOK, resp.StatusCode)
+					body, rerr := io.ReadAll(resp.Body)
+					if tt.clean {
+						require.NoError(t, rerr)
+					} else {
+						require.ErrorIs(t, rerr, io.ErrUnexpectedEOF, "a transport error after the event")
 					}
+					if tt.code == "" {
+						assert.Equal(t, tt.before, string(body), "no error event")
+						return
+					}
+					before, code, msg := splitErrorEvent(t, string(body))
+					assert.Equal(t, tt.before, before)
+					assert.Equal(t, tt.code, code)
+					if tt.msg != "" {
+						assert.Equal(t, tt.msg, msg)
+					}
+					assert.NotContains(t, msg, "127.0.0.1", "no address")
 				})
-				srv := serveGateway(t, client, url, tt.extra)
-				req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true}`))
-				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", "s1")
-				resp, err := srv.Client().Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				require.Equal(t, http.StatusOK, resp.StatusCode)
-				body, rerr := io.ReadAll(resp.Body)
-				if tt.clean {
-					require.NoError(t, rerr)
-				} else {
-					require.ErrorIs(t, rerr, io.ErrUnexpectedEOF, "a transport error after the event")
-				}
-				if tt.code == "" {
-					assert.Equal(t, tt.before, string(body), "no error event")
-					return
-				}
-				before, code, msg := splitErrorEvent(t, string(body))
-				assert.Equal(t, tt.before, before)
-				assert.Equal(t, tt.code, code)
-				if tt.msg != "" {
-					assert.Equal(t, tt.msg, msg)
-				}
-				assert.NotContains(t, msg, "127.0.0.1", "no address")
 			})
 		}
 	}

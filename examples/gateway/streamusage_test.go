@@ -147,53 +147,55 @@ func TestStreamUsage(t *testing.T) {
 		{name: "off, client asked", body: asked, usageSeen: true, reuse: hit},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			be := &usageBackend{usageShape: tt.backend}
-			if be.eol == "" {
-				be.eol = "\n"
-			}
-			srv := httptest.NewServer(be)
-			t.Cleanup(srv.Close)
-			cfg := gateway.Config{Health: gateway.HealthConfig{Enabled: new(false)}, StreamUsage: tt.on,
-				Backends: []gateway.BackendConfig{{ID: "b0", URL: srv.URL}}}
-			g, err := gateway.New(cfg)
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			gw := httptest.NewServer(g)
-			t.Cleanup(gw.Close)
-			path := tt.path
-			if path == "" {
-				path = "/v1/chat/completions"
-			}
-			for turn := range 2 {
-				req, err := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(tt.body))
-				require.NoError(t, err)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", "s1")
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				got, err := io.ReadAll(resp.Body)
-				require.NoError(t, err)
-				_ = resp.Body.Close()
-				require.Equal(t, http.StatusOK, resp.StatusCode, string(got))
-				assert.Equal(t, turn == 1, resp.Header.Get(gateway.HeaderAffinityHit) == "true")
-				if !strings.Contains(tt.body, `"stream":true`) {
-					assert.Contains(t, string(got), `"usage":`)
-					continue
+			eachServer(t, func(t *testing.T, server string) {
+				be := &usageBackend{usageShape: tt.backend}
+				if be.eol == "" {
+					be.eol = "\n"
 				}
-				assert.Equal(t, strings.Join(usageStream(path, tt.usageSeen, be.eol), ""), string(got), "the client's stream")
-			}
-			bodies, lens := be.seen()
-			require.Len(t, bodies, 2)
-			want := tt.sent
-			if want == "" {
-				want = tt.body
-			}
-			for i := range bodies {
-				assert.Equal(t, want, bodies[i], "the body the backend got")
-				assert.Equal(t, int64(len(want)), lens[i], "its Content-Length")
-			}
-			assert.Equal(t, tt.reuse, g.Scheduler().Reuse(""), "the hit's usage booked")
-			assert.Zero(t, g.Scheduler().Load("b0").Requests, "every lease released")
+				srv := httptest.NewServer(be)
+				t.Cleanup(srv.Close)
+				cfg := gateway.Config{Health: gateway.HealthConfig{Enabled: new(false)}, StreamUsage: tt.on,
+					Backends: []gateway.BackendConfig{{ID: "b0", URL: srv.URL}}}
+				g, err := gateway.New(cfg)
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				gw := newFront(t, server, g, nil)
+				t.Cleanup(gw.Close)
+				path := tt.path
+				if path == "" {
+					path = "/v1/chat/completions"
+				}
+				for turn := range 2 {
+					req, err := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(tt.body))
+					require.NoError(t, err)
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("X-Session-ID", "s1")
+					resp, err := http.DefaultClient.Do(req)
+					require.NoError(t, err)
+					got, err := io.ReadAll(resp.Body)
+					require.NoError(t, err)
+					_ = resp.Body.Close()
+					require.Equal(t, http.StatusOK, resp.StatusCode, string(got))
+					assert.Equal(t, turn == 1, resp.Header.Get(gateway.HeaderAffinityHit) == "true")
+					if !strings.Contains(tt.body, `"stream":true`) {
+						assert.Contains(t, string(got), `"usage":`)
+						continue
+					}
+					assert.Equal(t, strings.Join(usageStream(path, tt.usageSeen, be.eol), ""), string(got), "the client's stream")
+				}
+				bodies, lens := be.seen()
+				require.Len(t, bodies, 2)
+				want := tt.sent
+				if want == "" {
+					want = tt.body
+				}
+				for i := range bodies {
+					assert.Equal(t, want, bodies[i], "the body the backend got")
+					assert.Equal(t, int64(len(want)), lens[i], "its Content-Length")
+				}
+				assert.Equal(t, tt.reuse, g.Scheduler().Reuse(""), "the hit's usage booked")
+				assert.Zero(t, g.Scheduler().Load("b0").Requests, "every lease released")
+			})
 		})
 	}
 }

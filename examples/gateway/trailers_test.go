@@ -52,27 +52,29 @@ func TestOwnTrailersRemoved(t *testing.T) {
 			{"sse undeclared", "type=text/event-stream"},
 		} {
 			t.Run(client+" "+tc.name, func(t *testing.T) {
-				srv := serveGateway(t, client, be.URL)
-				resp := postChat(t, srv, "?"+tc.query)
-				defer resp.Body.Close()
-				declared := slices.Sorted(func(yield func(string) bool) {
-					for k := range resp.Trailer {
-						if !yield(k) {
-							return
+				eachServer(t, func(t *testing.T, server string) {
+					srv := serveGatewayOn(t, server, client, be.URL)
+					resp := postChat(t, srv, "?"+tc.query)
+					defer resp.Body.Close()
+					declared := slices.Sorted(func(yield func(string) bool) {
+						for k := range resp.Trailer {
+							if !yield(k) {
+								return
+							}
 						}
+					})
+					_, err := io.ReadAll(resp.Body)
+					require.NoError(t, err)
+					for k := range resp.Trailer {
+						assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-agent-serve-"), "trailer %s: %q", k, resp.Trailer[k])
 					}
+					for _, k := range declared {
+						assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-agent-serve-"), "declared trailer %s", k)
+					}
+					assert.Equal(t, "v1", resp.Trailer.Get("X-T1"), "the other trailer arrives")
+					assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend))
+					assert.Equal(t, []string{"miss"}, resp.Header.Values(gateway.HeaderOutcome), "the gateway's own, once")
 				})
-				_, err := io.ReadAll(resp.Body)
-				require.NoError(t, err)
-				for k := range resp.Trailer {
-					assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-agent-serve-"), "trailer %s: %q", k, resp.Trailer[k])
-				}
-				for _, k := range declared {
-					assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-agent-serve-"), "declared trailer %s", k)
-				}
-				assert.Equal(t, "v1", resp.Trailer.Get("X-T1"), "the other trailer arrives")
-				assert.Equal(t, "b0", resp.Header.Get(gateway.HeaderBackend))
-				assert.Equal(t, []string{"miss"}, resp.Header.Values(gateway.HeaderOutcome), "the gateway's own, once")
 			})
 		}
 	}

@@ -43,58 +43,60 @@ func echoUpgradeServer(t *testing.T) *httptest.Server {
 func TestUpgradeTunnel(t *testing.T) {
 	for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 		t.Run(client, func(t *testing.T) {
-			backend := echoUpgradeServer(t)
-			g, err := gateway.New(gateway.Config{
-				Backends:      []gateway.BackendConfig{{ID: "a", URL: backend.URL}, {ID: "b", URL: backend.URL}},
-				Health:        gateway.HealthConfig{Enabled: new(false)},
-				BackendClient: client,
-				// A tunnel idles longer than this in the test: it is not bounded by it.
-				Timeouts: gateway.TimeoutsConfig{StreamIdleSeconds: 0.05},
-				// One counted failure would eject the backend.
-				OutlierDetection: gateway.OutlierConfig{ConsecutiveConnectFailures: 1},
+			eachServer(t, func(t *testing.T, server string) {
+				backend := echoUpgradeServer(t)
+				g, err := gateway.New(gateway.Config{
+					Backends:      []gateway.BackendConfig{{ID: "a", URL: backend.URL}, {ID: "b", URL: backend.URL}},
+					Health:        gateway.HealthConfig{Enabled: new(false)},
+					BackendClient: client,
+					// A tunnel idles longer than this in the test: it is not bounded by it.
+					Timeouts: gateway.TimeoutsConfig{StreamIdleSeconds: 0.05},
+					// One counted failure would eject the backend.
+					OutlierDetection: gateway.OutlierConfig{ConsecutiveConnectFailures: 1},
+				})
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				front := newFront(t, server, g, nil)
+				t.Cleanup(front.Close)
+
+				conn, err := net.Dial("tcp", front.Listener.Addr().String())
+				require.NoError(t, err)
+				defer conn.Close()
+				_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\nX-Session-ID: s1\r\n\r\n")
+				require.NoError(t, err)
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+				assert.Equal(t, "echo", resp.Header.Get("Upgrade"))
+				id := resp.Header.Get(gateway.HeaderBackend)
+				require.Contains(t, []string{"a", "b"}, id)
+
+				echo := func(msg string) {
+					t.Helper()
+					_, err := io.WriteString(conn, msg)
+					require.NoError(t, err)
+					got := make([]byte, len(msg))
+					_, err = io.ReadFull(br, got)
+					require.NoError(t, err)
+					assert.Equal(t, msg, string(got))
+				}
+				echo("ping")
+				assert.Equal(t, int64(1), g.Scheduler().Load(id).Requests, "the tunnel holds its lease")
+				// Idle for several stream_idle_seconds: a tunnel may idle (no bound on it).
+				<-time.After(200 * time.Millisecond)
+				echo("a longer message, after the idle spell")
+				assert.Empty(t, g.PassivelyDown())
+
+				require.NoError(t, conn.Close())
+				require.Eventually(t, func() bool { return g.Scheduler().Load(id).Requests == 0 },
+					5*time.Second, 5*time.Millisecond, "the lease ends when the tunnel closes")
+				reqs, bytes := g.InFlight()
+				assert.Zero(t, reqs+bytes)
+				front.Close()
+				require.Eventually(t, func() bool { return requestsByClass(t, g)["1xx/backend"] == 1 },
+					5*time.Second, 5*time.Millisecond, "counted as 1xx: %v", requestsByClass(t, g))
 			})
-			require.NoError(t, err)
-			t.Cleanup(g.Close)
-			front := httptest.NewServer(g)
-			t.Cleanup(front.Close)
-
-			conn, err := net.Dial("tcp", front.Listener.Addr().String())
-			require.NoError(t, err)
-			defer conn.Close()
-			_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\nX-Session-ID: s1\r\n\r\n")
-			require.NoError(t, err)
-			br := bufio.NewReader(conn)
-			resp, err := http.ReadResponse(br, nil)
-			require.NoError(t, err)
-			require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-			assert.Equal(t, "echo", resp.Header.Get("Upgrade"))
-			id := resp.Header.Get(gateway.HeaderBackend)
-			require.Contains(t, []string{"a", "b"}, id)
-
-			echo := func(msg string) {
-				t.Helper()
-				_, err := io.WriteString(conn, msg)
-				require.NoError(t, err)
-				got := make([]byte, len(msg))
-				_, err = io.ReadFull(br, got)
-				require.NoError(t, err)
-				assert.Equal(t, msg, string(got))
-			}
-			echo("ping")
-			assert.Equal(t, int64(1), g.Scheduler().Load(id).Requests, "the tunnel holds its lease")
-			// Idle for several stream_idle_seconds: a tunnel may idle (no bound on it).
-			<-time.After(200 * time.Millisecond)
-			echo("a longer message, after the idle spell")
-			assert.Empty(t, g.PassivelyDown())
-
-			require.NoError(t, conn.Close())
-			require.Eventually(t, func() bool { return g.Scheduler().Load(id).Requests == 0 },
-				5*time.Second, 5*time.Millisecond, "the lease ends when the tunnel closes")
-			reqs, bytes := g.InFlight()
-			assert.Zero(t, reqs+bytes)
-			front.Close()
-			require.Eventually(t, func() bool { return requestsByClass(t, g)["1xx/backend"] == 1 },
-				5*time.Second, 5*time.Millisecond, "counted as 1xx: %v", requestsByClass(t, g))
 		})
 	}
 }
@@ -102,34 +104,37 @@ func TestUpgradeTunnel(t *testing.T) {
 // Serve closes the upgrade tunnels still open when its drain is over (Shutdown does not
 // track hijacked connections).
 func TestServeClosesTunnels(t *testing.T) {
-	backend := echoUpgradeServer(t)
-	g, err := gateway.New(gateway.Config{
-		Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
-		Health:       gateway.HealthConfig{Enabled: new(false)},
-		DrainSeconds: 0.05,
+	eachServer(t, func(t *testing.T, server string) {
+		backend := echoUpgradeServer(t)
+		g, err := gateway.New(gateway.Config{
+			Server:       server,
+			Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
+			Health:       gateway.HealthConfig{Enabled: new(false)},
+			DrainSeconds: 0.05,
+		})
+		require.NoError(t, err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		served := make(chan error, 1)
+		go func() { served <- g.Serve(ctx, ln) }()
+
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		require.NoError(t, err)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+
+		cancel()
+		require.NoError(t, <-served)
+		_, err = io.ReadAll(br) // ends: the gateway closed the tunnel
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return g.Scheduler().Load("a").Requests == 0 },
+			5*time.Second, 5*time.Millisecond, "the lease ends with the tunnel")
 	})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-	require.NoError(t, err)
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-
-	cancel()
-	require.NoError(t, <-served)
-	_, err = io.ReadAll(br) // ends: the gateway closed the tunnel
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return g.Scheduler().Load("a").Requests == 0 },
-		5*time.Second, 5*time.Millisecond, "the lease ends with the tunnel")
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -36,37 +35,39 @@ func TestAbandonedUploadIsClientClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, _ := testGateway(t, "")
-			srv := httptest.NewServer(g)
-			t.Cleanup(srv.Close)
-			c, err := net.Dial("tcp", srv.Listener.Addr().String())
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-			_, err = io.WriteString(c, tt.request)
-			require.NoError(t, err)
-			if tt.end != "" { // the gateway is reading the body (its buffer is charged first)
-				require.Eventually(t, func() bool { _, b := g.InFlight(); return b > 0 }, 10*time.Second, time.Millisecond)
-			}
-			switch tt.end {
-			case "half-close":
-				require.NoError(t, c.(*net.TCPConn).CloseWrite())
-			case "close":
-				require.NoError(t, c.Close())
-			case "reset":
-				require.NoError(t, c.(*net.TCPConn).SetLinger(0))
-				require.NoError(t, c.Close())
-			}
-			if tt.want400 {
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			eachServer(t, func(t *testing.T, server string) {
+				g, _ := testGateway(t, "")
+				srv := newFront(t, server, g, nil)
+				t.Cleanup(srv.Close)
+				c, err := net.Dial("tcp", srv.Listener.Addr().String())
 				require.NoError(t, err)
-				body, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
-				assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
-				assert.Equal(t, "bad_body", errorCodeOf(t, string(body)))
-			}
-			srv.Close() // waits for the handler
-			assert.Equal(t, map[string]float64{tt.wantClass: 1}, requestsByClass(t, g))
+				defer c.Close()
+				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				_, err = io.WriteString(c, tt.request)
+				require.NoError(t, err)
+				if tt.end != "" { // the gateway is reading the body (its buffer is charged first)
+					require.Eventually(t, func() bool { _, b := g.InFlight(); return b > 0 }, 10*time.Second, time.Millisecond)
+				}
+				switch tt.end {
+				case "half-close":
+					require.NoError(t, c.(*net.TCPConn).CloseWrite())
+				case "close":
+					require.NoError(t, c.Close())
+				case "reset":
+					require.NoError(t, c.(*net.TCPConn).SetLinger(0))
+					require.NoError(t, c.Close())
+				}
+				if tt.want400 {
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					require.NoError(t, err)
+					body, _ := io.ReadAll(resp.Body)
+					_ = resp.Body.Close()
+					assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+					assert.Equal(t, "bad_body", errorCodeOf(t, string(body)))
+				}
+				srv.Close() // waits for the handler
+				assert.Equal(t, map[string]float64{tt.wantClass: 1}, requestsByClass(t, g))
+			})
 		})
 	}
 }

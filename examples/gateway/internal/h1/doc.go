@@ -34,7 +34,9 @@
 //     after the answer. CONNECT (authority-form) and absolute-form URLs are parsed by
 //     http.ReadRequest and go to the Handler.
 //   - Request: RemoteAddr, RequestURI, a context derived from [Server.BaseContext]
-//     (with http.LocalAddrContextKey) cancelled when the handler returns; the body's
+//     (with http.LocalAddrContextKey, and http.ServerContextKey holding the *Server, not
+//     an *http.Server: httputil.ReverseProxy aborts a response it cannot finish with
+//     http.ErrAbortHandler only when that key is set) cancelled when the handler returns; the body's
 //     read deadline, when the handler set one, is cleared at the body's end.
 //   - After the handler: a body not read to its end is discarded up to 256 KiB, else the
 //     connection closes (Connection: close is sent when the response is still to be
@@ -74,7 +76,7 @@
 // not at once; a failed write of the response cancels the context at once.
 //
 // Not done (the gateway needs none of it): TLS, HTTP/2 (h2c), ConnState hooks,
-// ConnContext, http.ServerContextKey, ReadTimeout and WriteTimeout (handlers set
+// ConnContext, ReadTimeout and WriteTimeout (handlers set
 // deadlines per request), MaxBytesReader's connection close (its hook is net/http's
 // own: a body over a MaxBytesReader is discarded up to 256 KiB like any unread one).
 package h1

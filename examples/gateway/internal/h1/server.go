@@ -90,6 +90,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			return ErrNilBaseContext
 		}
 	}
+	// httputil.ReverseProxy aborts a response it cannot finish (panic
+	// http.ErrAbortHandler, so the client sees it cut) only under a server: it looks for
+	// http.ServerContextKey. It holds s here, not an *http.Server.
+	base = context.WithValue(base, http.ServerContextKey, s)
 	base = context.WithValue(base, http.LocalAddrContextKey, ln.Addr())
 	s.startSweeper()
 	var pause time.Duration
