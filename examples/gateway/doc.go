@@ -428,6 +428,18 @@
 // differs from net/http, the timeouts' timers and the upgrade tunnel are described in
 // docs/gateway-backend-client.md (in the repository).
 //
+// # Front server
+//
+// `server: direct` makes [Gateway.Serve] serve its listener with the gateway's own
+// HTTP/1.x server (internal/h1: one goroutine per connection, net/http's request parser,
+// its server's checks and response framing, no per-request background read);
+// `server: nethttp`, the default, keeps net/http's http.Server ([Gateway.HTTPServer]).
+// Under direct a client leaving mid-request cancels its request within about 75 ms of
+// the request's start rather than at once (see [ServerDirect]); everything else the
+// handler relies on (write deadlines, Flush, trailers, Hijack for tunnels, the drain's
+// 503 and SSE error answers) behaves the same, and the connection-level tests run over
+// both.
+//
 // # Concurrency and lifetime
 //
 // A [Gateway] is safe for concurrent use. [New] starts nothing; [Gateway.Run] runs the

@@ -64,6 +64,7 @@ func run() error {
 	showSlow = flag.Bool("show-slow", false, "print the 5 slowest turns after the failover recovery")
 	flag.BoolVar(&gatewayMetadata, "gateway-metadata", true, "gateway inject_metadata (false: headers only, bodies untouched)")
 	flag.StringVar(&gatewayClient, "gateway-backend-client", "", "gateway backend_client: direct or nethttp (\"\": the gateway's default, direct)")
+	flag.StringVar(&gatewayServer, "gateway-server", "direct", "gateway server: direct or nethttp (\"\": omitted, the gateway's default, nethttp; for binaries without the key)")
 	only := flag.String("only", "", "run one scenario: steady, failover, scaleout or overhead")
 	flag.Parse()
 	if *gwBin == "" {

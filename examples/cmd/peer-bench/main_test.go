@@ -31,6 +31,7 @@ func TestPeerConfigsHashOnTheSessionHeader(t *testing.T) {
 	gw := gatewayConfig(8080, bs)
 	assert.Contains(t, gw, "listen: 127.0.0.1:8080")
 	assert.Contains(t, gw, `{id: b1, url: "http://127.0.0.1:9002"}`)
+	assert.Contains(t, gw, "server: direct\n", "-gateway-server's default")
 }
 
 func TestSummarizeAndPercentile(t *testing.T) {

@@ -15,6 +15,9 @@ var gatewayMetadata = true
 // gatewayClient is the gateway's backend_client (-gateway-backend-client); "" omits it.
 var gatewayClient string
 
+// gatewayServer is the gateway's server (-gateway-server); "" omits it.
+var gatewayServer = "direct"
+
 // gatewayEnv is added to the gateway's environment (-gateway-env).
 var gatewayEnv []string
 
@@ -47,6 +50,9 @@ func gatewayConfig(port int, backends []*backendSrv) string {
 	b.WriteString("session_headers: [X-Session-ID]\n")
 	if gatewayClient != "" {
 		fmt.Fprintf(&b, "backend_client: %s\n", gatewayClient)
+	}
+	if gatewayServer != "" {
+		fmt.Fprintf(&b, "server: %s\n", gatewayServer)
 	}
 	if !gatewayMetadata {
 		b.WriteString("inject_metadata: false\n")
