@@ -66,6 +66,7 @@ func TestAccepted(t *testing.T) {
 		{"header just under the limit", "GET / HTTP/1.1\r\nHost: h\r\nX: " + strings.Repeat("a", 4500) + "\r\n\r\n", "GET", "GET h / ", 200},
 		{"chunked body", "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "POST", "POST h / abc", 200},
 		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", "OPTIONS", "", 200},
+		{"HTTP/2 preface: to the handler", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "PRI", "PRI  * ", 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := dial(t, addr)

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway/internal/h1"
 )
@@ -139,4 +141,87 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 	_ = s.Close()
 	cl.raw()
+}
+
+// countingListener counts the Write calls on its connections.
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.writes}, nil
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestOneWrite: a small response is one write system call.
+func TestOneWrite(t *testing.T) {
+	var writes atomic.Int64
+	s := &h1.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(countingListener{ln, &writes}) }()
+	defer func() { s.Close(); <-errc }()
+	cl := dial(t, ln.Addr().String())
+	for range 3 {
+		before := writes.Load()
+		cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+		cl.response("GET")
+		if got := writes.Load() - before; got != 1 {
+			t.Errorf("%d writes, want 1", got)
+		}
+	}
+}
+
+// TestReadHeaderTimeout: a request whose header does not arrive in time gets no
+// answer; the connection closes.
+func TestReadHeaderTimeout(t *testing.T) {
+	addr, _ := serve(t, &h1.Server{ReadHeaderTimeout: 50 * time.Millisecond, IdleTimeout: time.Hour, Handler: http.HandlerFunc(echo)})
+	cl := dial(t, addr)
+	cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	cl.response("GET") // a second request's header, begun and never ended, times out
+	cl.send("GET / HTTP/1.1\r\n")
+	if got := cl.raw(); got != "" {
+		t.Errorf("got %q, want the connection closed", got)
+	}
+}
+
+// TestAbortedResponse: httputil.ReverseProxy aborts a response it cannot finish only
+// under a server (http.ServerContextKey set): the client then sees it cut, not ended.
+func TestAbortedResponse(t *testing.T) {
+	addr, _ := serve(t, &h1.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(http.ServerContextKey) == nil {
+			return
+		}
+		io.WriteString(w, strings.Repeat("x", 5000))
+		panic(http.ErrAbortHandler)
+	})})
+	cl := dial(t, addr)
+	cl.send("GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+	resp, err := http.ReadResponse(cl.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("body read: %v, want io.ErrUnexpectedEOF", err)
+	}
 }
