@@ -64,6 +64,7 @@ type conn struct {
 	gone       bool                     // the watcher saw the client leave
 	hijacked   bool
 	lastMethod string
+	h2Preface  bool   // the current request is the HTTP/2 preface
 	hbuf       []byte // the response header being written
 	pend       []byte // the body written before the header (cap pendSize)
 	scan       hostScan
@@ -186,7 +187,8 @@ func (c *conn) readRequest() (*http.Request, bool) {
 	if srv.ReadHeaderTimeout > 0 {
 		_ = c.rwc.SetReadDeadline(time.Time{})
 	}
-	if msg := checkRequest(req, &c.scan); msg != "" {
+	c.h2Preface = isH2Preface(req) && c.scan.hosts == 0 // ReadRequest removed Host
+	if msg := checkRequest(req, &c.scan, c.h2Preface); msg != "" {
 		if strings.HasPrefix(msg, "505") {
 			c.answerError(msg, msg)
 		} else {
@@ -200,11 +202,11 @@ func (c *conn) readRequest() (*http.Request, bool) {
 
 // checkRequest does the checks net/http's server does after parsing that
 // http.ReadRequest does not; it returns "" or the answer's reason.
-func checkRequest(req *http.Request, scan *hostScan) string {
+func checkRequest(req *http.Request, scan *hostScan, h2Preface bool) string {
 	if req.ProtoMajor != 1 && (req.ProtoMajor != 2 || req.ProtoMinor != 0 || req.Method != "PRI" || req.RequestURI != "*") {
 		return "505 HTTP Version Not Supported: unsupported protocol version"
 	}
-	if req.ProtoAtLeast(1, 1) && scan.hosts == 0 && !isH2Preface(req) && req.Method != "CONNECT" {
+	if req.ProtoAtLeast(1, 1) && scan.hosts == 0 && !h2Preface && req.Method != "CONNECT" {
 		return "missing required Host header"
 	}
 	if scan.hosts == 1 && !httpguts.ValidHostHeader(scan.host()) {
@@ -223,7 +225,8 @@ func checkRequest(req *http.Request, scan *hostScan) string {
 	return ""
 }
 
-// isH2Preface reports the "PRI * HTTP/2.0" preface, which net/http hands to the handler.
+// isH2Preface reports the "PRI * HTTP/2.0" preface without header fields (Host
+// aside: the caller checks it), which net/http hands to the handler.
 func isH2Preface(r *http.Request) bool {
 	return r.Method == "PRI" && len(r.Header) == 0 && r.URL.Path == "*" && r.Proto == "HTTP/2.0"
 }
@@ -240,7 +243,9 @@ func (c *conn) answerError(status, body string) {
 func (c *conn) serveRequest(req *http.Request) bool {
 	srv := c.srv
 	ctx, cancel := context.WithCancelCause(c.base)
-	r := req.WithContext(ctx)
+	// In place, not a copy: the body reader records the trailer in *req (r.Trailer).
+	r := req
+	*r = *req.WithContext(ctx)
 	r.RemoteAddr = c.remoteAddr
 	w := &response{c: c, req: r, cancel: cancel, header: make(http.Header), contentLength: -1,
 		isHEAD: r.Method == "HEAD", proto11: r.ProtoAtLeast(1, 1),
@@ -264,7 +269,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 		cancel(nil)
 		return false
 	}
-	if isH2Preface(r) {
+	if c.h2Preface {
 		w.closeAfterReply = true
 	}
 	h := srv.handler()
@@ -493,21 +498,31 @@ func (b *reqBody) discard() bool {
 // hostScan finds the Host header lines in a request's raw header as it is read
 // (http.ReadRequest removes them from the Header): their count and the first's value.
 type hostScan struct {
-	done    bool
-	hosts   int
-	line    int  // bytes of the current line, CR excluded
-	match   int  // bytes of "host:" matched at the line's start; -1: not a Host line
-	inValue bool // in a Host line's value
-	value   []byte
+	done     bool
+	prevHost bool // the line before was the first Host line (or its continuation)
+	hosts    int
+	line     int  // bytes of the current line, CR excluded
+	match    int  // bytes of "host:" matched at the line's start; -1: not a Host line
+	inValue  bool // in a Host line's value
+	value    []byte
 }
 
 func (s *hostScan) reset() {
-	s.done, s.hosts, s.line, s.match, s.inValue = false, 0, 0, 0, false
+	s.done, s.prevHost, s.hosts, s.line, s.match, s.inValue = false, false, 0, 0, 0, false
 	s.value = s.value[:0]
 }
 
-// host is the first Host line's value, trimmed as textproto trims it.
-func (s *hostScan) host() string { return strings.Trim(string(s.value), " \t") }
+// host is the first Host line's value as textproto makes it: trimmed, and joined with
+// its continuation lines (obs-fold) by single spaces.
+func (s *hostScan) host() string {
+	var parts []string
+	for part := range strings.SplitSeq(string(s.value), "\n") {
+		if part = strings.Trim(part, " \t"); part != "" {
+			parts = append(parts, part)
+		}
+	}
+	return strings.Join(parts, " ")
+}
 
 func (s *hostScan) feed(p []byte) {
 	const name = "host:"
@@ -521,10 +536,19 @@ func (s *hostScan) feed(p []byte) {
 				s.done = true // the blank line ending the header
 				return
 			}
+			s.prevHost = s.inValue && s.hosts == 1
 			s.line, s.match, s.inValue = 0, 0, false
 			continue
 		case b == '\r':
 			continue
+		case s.line == 0 && (b == ' ' || b == '\t') && s.prevHost:
+			s.inValue = true // a continuation of the first Host line: part of its value
+			s.value = append(s.value, '\n')
+			s.line++
+			continue
+		}
+		if s.line == 0 {
+			s.prevHost = false
 		}
 		if s.inValue {
 			if s.hosts == 1 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway/internal/h1"
 )
@@ -173,5 +174,55 @@ func TestExpectContinue(t *testing.T) {
 	cl.send("abc")
 	if _, body := cl.response("POST"); body != "POST h / abc" {
 		t.Errorf("got %q", body)
+	}
+}
+
+// TestH1ConfFindings: the cases h1conf's differential suite found (F2-F4, F6).
+func TestH1ConfFindings(t *testing.T) {
+	addr, _ := serve(t, &h1.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/trailer":
+			io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%v", r.Trailer)
+		case "/badcl":
+			w.Header().Set("Content-Length", "abc")
+			io.WriteString(w, "body")
+		default:
+			io.WriteString(w, r.Host)
+		}
+	})})
+	for _, tc := range []struct {
+		name, req, want string
+		open            bool
+	}{
+		{"F2 obs-folded Host, HTTP/1.1", "GET / HTTP/1.1\r\nHost: a\r\n b\r\n\r\n", "HTTP/1.1 400 Bad Request: malformed Host header", false},
+		{"F2 obs-folded Host, HTTP/1.0", "GET / HTTP/1.0\nHost:\n \"\n\n", "HTTP/1.1 400 Bad Request: malformed Host header", false},
+		{"F3 undeclared trailer", "POST /trailer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Tr: v\r\n\r\n", "map[X-Tr:[v]]", true},
+		{"F4 invalid Content-Length: chunked", "GET /badcl HTTP/1.1\r\nHost: h\r\n\r\n", "Transfer-Encoding: chunked", true},
+		{"F6 PRI with a Host header is no preface", "PRI * HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP/1.1 200 OK", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := dial(t, addr)
+			cl.send(tc.req)
+			if !tc.open {
+				if got := cl.raw(); !strings.HasPrefix(got, tc.want) {
+					t.Errorf("got %q, want %q", got, tc.want)
+				}
+				return
+			}
+			cl.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			b := make([]byte, 4096)
+			n, _ := io.ReadAtLeast(cl.br, b, 1)
+			for !strings.Contains(string(b[:n]), "\r\n0\r\n") && !strings.Contains(string(b[:n]), tc.want) {
+				m, err := cl.br.Read(b[n:])
+				if err != nil {
+					break
+				}
+				n += m
+			}
+			if got := string(b[:n]); !strings.Contains(got, tc.want) || strings.Contains(got, "Connection: close") {
+				t.Errorf("got %q, want %q and the connection kept", got, tc.want)
+			}
+		})
 	}
 }

@@ -14,7 +14,10 @@
 //
 //   - Request line and headers bounded by MaxHeaderBytes (+ 4096 bytes of slack):
 //     431 Request Header Fields Too Large, then the write side is closed and the
-//     connection closed once the client closes or after 500 ms.
+//     connection closed once the client closes or after 500 ms. Decision: the bound
+//     counts from the request's first byte on every request; net/http counts from after
+//     its idle-wait read, so a kept-alive connection's later requests may have up to
+//     about 4 KiB more there.
 //   - A malformed request (as http.ReadRequest reports it, more than one Host header
 //     included): 400 Bad Request. An unsupported or repeated Transfer-Encoding: 501 Not
 //     Implemented. A protocol other than HTTP/1.x (the "PRI * HTTP/2.0" preface

@@ -42,6 +42,7 @@ type response struct {
 	chunking        bool
 	closeAfterReply bool
 	bodyTooBig      bool // the unread body was too large to discard
+	clDropped       bool // the handler's Content-Length was invalid
 	fullDuplex      bool
 	readDeadline    bool // the handler set one: cleared at the body's end
 	writeDeadline   bool // the handler set one: cleared after the response
@@ -116,6 +117,7 @@ func (w *response) WriteHeader(code int) {
 		} else {
 			w.c.srv.logf("h1: invalid Content-Length of %q", cl)
 			h.Del("Content-Length")
+			w.clDropped = true // not sent, and no length of ours either: chunked, as net/http
 		}
 	}
 	w.cl, w.te, w.connection = h["Content-Length"], h["Transfer-Encoding"], h["Connection"]
@@ -243,7 +245,7 @@ func (w *response) sendHeader(p []byte) {
 	hasCLHeader := len(w.cl) > 0
 	allowed := bodyAllowedForStatus(w.status)
 	var autoCL, setConn, setTE, setCT string
-	if w.handlerDone && !trailers && !hasTE && allowed && !hasCLHeader && (!w.isHEAD || len(p) > 0) {
+	if w.handlerDone && !trailers && !hasTE && allowed && !hasCLHeader && !w.clDropped && (!w.isHEAD || len(p) > 0) {
 		w.contentLength = int64(len(p))
 		autoCL = strconv.Itoa(len(p))
 	}
