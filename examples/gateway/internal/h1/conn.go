@@ -296,7 +296,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	if w.writeDeadline {
 		_ = c.rwc.SetWriteDeadline(time.Time{})
 	}
-	if w.readDeadline { // set by the handler, the body not read to its end
+	if w.readDeadline.Load() { // set by the handler, the body not read to its end
 		_ = c.rwc.SetReadDeadline(time.Time{})
 	}
 	if !w.shouldReuse() {
@@ -466,9 +466,8 @@ func (b *reqBody) Read(p []byte) (int, error) {
 
 // ended notes the body's end.
 func (b *reqBody) ended() {
-	if b.w.readDeadline {
+	if b.w.readDeadline.CompareAndSwap(true, false) {
 		_ = b.w.c.rwc.SetReadDeadline(time.Time{})
-		b.w.readDeadline = false
 	}
 	b.eof.Store(true)
 }

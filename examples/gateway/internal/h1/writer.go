@@ -44,8 +44,8 @@ type response struct {
 	bodyTooBig      bool // the unread body was too large to discard
 	clDropped       bool // the handler's Content-Length was invalid
 	fullDuplex      bool
-	readDeadline    bool // the handler set one: cleared at the body's end
-	writeDeadline   bool // the handler set one: cleared after the response
+	readDeadline    atomic.Bool // the handler set one: cleared at the body's end (set from any goroutine)
+	writeDeadline   bool        // the handler set one: cleared after the response
 
 	wants10KeepAlive, wantsClose bool
 
@@ -417,12 +417,10 @@ func (w *response) FlushError() error {
 }
 
 // SetReadDeadline sets the connection's read deadline (http.ResponseController); it
-// is cleared when the body has been read to its end, as net/http.
+// is cleared when the body has been read to its end, as net/http. Safe to call from
+// any goroutine while the handler runs (a read it interrupts fails), as net/http's.
 func (w *response) SetReadDeadline(t time.Time) error {
-	if w.hijacked {
-		return http.ErrHijacked
-	}
-	w.readDeadline = !t.IsZero()
+	w.readDeadline.Store(!t.IsZero())
 	return w.c.rwc.SetReadDeadline(t)
 }
 
