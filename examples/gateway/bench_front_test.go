@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway"
@@ -57,6 +59,7 @@ func BenchmarkFrontLoopback(b *testing.B) {
 				"Content-Length: " + strconv.Itoa(len(reqBody)) + "\r\n\r\n" + reqBody
 			br := bufio.NewReader(c)
 			b.ReportAllocs()
+			cs0 := contextSwitches()
 			for b.Loop() {
 				if _, err := io.WriteString(c, raw); err != nil {
 					b.Fatal(err)
@@ -69,6 +72,32 @@ func BenchmarkFrontLoopback(b *testing.B) {
 					b.Fatalf("%d %v", r.StatusCode, err)
 				}
 			}
+			if cs0 >= 0 {
+				b.ReportMetric(float64(contextSwitches()-cs0)/float64(b.N), "ctxsw/op")
+			}
 		})
 	}
+}
+
+// contextSwitches sums the voluntary and involuntary context switches of this process's
+// threads (/proc/self/task/*/status); -1 where that is not readable.
+func contextSwitches() int64 {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
