@@ -177,13 +177,18 @@ func TestExpectContinue(t *testing.T) {
 	}
 }
 
-// TestH1ConfFindings: the cases h1conf's differential suite found (F2-F4, F6).
+// TestH1ConfFindings: the cases h1conf's differential suite found (F2-F4, F6, F7).
 func TestH1ConfFindings(t *testing.T) {
 	addr, _ := serve(t, &h1.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/trailer":
 			io.ReadAll(r.Body)
 			fmt.Fprintf(w, "%v", r.Trailer)
+		case "/flush-then-read":
+			io.WriteString(w, "head ")
+			w.(http.Flusher).Flush()
+			b, err := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "read %q err %v", b, err)
 		case "/badcl":
 			w.Header().Set("Content-Length", "abc")
 			io.WriteString(w, "body")
@@ -199,6 +204,7 @@ func TestH1ConfFindings(t *testing.T) {
 		{"F2 obs-folded Host, HTTP/1.0", "GET / HTTP/1.0\nHost:\n \"\n\n", "HTTP/1.1 400 Bad Request: malformed Host header", false},
 		{"F3 undeclared trailer", "POST /trailer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-Tr: v\r\n\r\n", "map[X-Tr:[v]]", true},
 		{"F4 invalid Content-Length: chunked", "GET /badcl HTTP/1.1\r\nHost: h\r\n\r\n", "Transfer-Encoding: chunked", true},
+		{"F7 a body read after the header was written", "POST /flush-then-read HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\ndata", "read \"\" err http: invalid Read on closed Body", true},
 		{"F6 PRI with a Host header is no preface", "PRI * HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP/1.1 200 OK", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,10 +44,14 @@ func (w *response) sendHeader(p []byte) {
 		w.closeAfterReply = true // a 100-continue body never read: do not wait for it
 	}
 	emitConn := true
-	if w.req.ContentLength != 0 && !w.closeAfterReply && !w.fullDuplex && !w.body.discard() {
-		w.bodyTooBig = true
-		w.closeAfterReply = true
-		emitConn, setConn = false, "close"
+	if w.req.ContentLength != 0 && !w.closeAfterReply && !w.fullDuplex {
+		if w.body.discard() {
+			w.body.closed = true // as net/http: a later Read is http.ErrBodyReadAfterClose, not EOF
+		} else {
+			w.bodyTooBig = true
+			w.closeAfterReply = true
+			emitConn, setConn = false, "close"
+		}
 	}
 	if allowed && !w.hasCE && !w.hasCT && !hasTE && len(p) > 0 {
 		setCT = http.DetectContentType(p)
