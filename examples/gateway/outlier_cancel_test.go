@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -60,63 +59,65 @@ func TestClientCancelDoesNotResetStreak(t *testing.T) {
 	for _, tt := range tests {
 		for _, client := range []string{gateway.BackendClientDirect, gateway.BackendClientNetHTTP} {
 			t.Run(client+"/"+tt.middle, func(t *testing.T) {
-				cfg := gateway.Config{
-					BackendClient: client,
-					Backends: []gateway.BackendConfig{
-						{ID: "b0", URL: modeServer(t)},
-						{ID: "b1", URL: modeServer(t)},
-					},
-					Health:              gateway.HealthConfig{Enabled: new(false)},
-					OutlierDetection:    gateway.OutlierConfig{ConsecutiveConnectFailures: 3},
-					RetryOnConnectError: new(false),
-				}
-				g, err := gateway.New(cfg)
-				require.NoError(t, err)
-				t.Cleanup(g.Close)
-				ts := httptest.NewServer(g)
-				t.Cleanup(ts.Close)
-
-				send := func(step string) {
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					method, mode := http.MethodPost, step
-					switch step {
-					case "HEAD":
-						method = http.MethodHead
-					case "cancel":
-						mode = "stream"
+				eachServer(t, func(t *testing.T, server string) {
+					cfg := gateway.Config{
+						BackendClient: client,
+						Backends: []gateway.BackendConfig{
+							{ID: "b0", URL: modeServer(t)},
+							{ID: "b1", URL: modeServer(t)},
+						},
+						Health:              gateway.HealthConfig{Enabled: new(false)},
+						OutlierDetection:    gateway.OutlierConfig{ConsecutiveConnectFailures: 3},
+						RetryOnConnectError: new(false),
 					}
-					req, err := http.NewRequestWithContext(ctx, method, ts.URL+"/v1/chat/completions?mode="+mode,
-						strings.NewReader(`{"model":"m","stream":true}`))
+					g, err := gateway.New(cfg)
 					require.NoError(t, err)
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("X-Session-ID", "s1")
-					resp, err := ts.Client().Do(req)
-					require.NoError(t, err, step)
-					if step == "cancel" {
-						buf := make([]byte, len("data: {}\n\n"))
-						_, err = io.ReadFull(resp.Body, buf)
-						require.NoError(t, err, "the stream's first event arrives")
-						cancel() // the client goes away mid-stream
+					t.Cleanup(g.Close)
+					ts := newFront(t, server, g, nil)
+					t.Cleanup(ts.Close)
+
+					send := func(step string) {
+						ctx, cancel := context.WithCancel(context.Background())
+						defer cancel()
+						method, mode := http.MethodPost, step
+						switch step {
+						case "HEAD":
+							method = http.MethodHead
+						case "cancel":
+							mode = "stream"
+						}
+						req, err := http.NewRequestWithContext(ctx, method, ts.URL+"/v1/chat/completions?mode="+mode,
+							strings.NewReader(`{"model":"m","stream":true}`))
+						require.NoError(t, err)
+						req.Header.Set("Content-Type", "application/json")
+						req.Header.Set("X-Session-ID", "s1")
+						resp, err := ts.Client().Do(req)
+						require.NoError(t, err, step)
+						if step == "cancel" {
+							buf := make([]byte, len("data: {}\n\n"))
+							_, err = io.ReadFull(resp.Body, buf)
+							require.NoError(t, err, "the stream's first event arrives")
+							cancel() // the client goes away mid-stream
+						} else {
+							_, _ = io.Copy(io.Discard, resp.Body)
+						}
+						_ = resp.Body.Close()
+						for _, id := range []string{"b0", "b1"} { // the attempt's outcome is recorded by then
+							require.Eventually(t, func() bool { return g.Scheduler().Load(id).Requests == 0 },
+								10*time.Second, time.Millisecond, "backend %s: lease released after %s", id, step)
+						}
+					}
+					for _, step := range []string{"cut", "cut", tt.middle} {
+						send(step)
+						assert.Empty(t, g.PassivelyDown(), "after %s", step)
+					}
+					send("cut")
+					if tt.wantEject {
+						assert.Len(t, g.PassivelyDown(), 1, "three cuts in a row, the dropped stream between them not counted")
 					} else {
-						_, _ = io.Copy(io.Discard, resp.Body)
+						assert.Empty(t, g.PassivelyDown(), "the %s response reset the streak", tt.middle)
 					}
-					_ = resp.Body.Close()
-					for _, id := range []string{"b0", "b1"} { // the attempt's outcome is recorded by then
-						require.Eventually(t, func() bool { return g.Scheduler().Load(id).Requests == 0 },
-							10*time.Second, time.Millisecond, "backend %s: lease released after %s", id, step)
-					}
-				}
-				for _, step := range []string{"cut", "cut", tt.middle} {
-					send(step)
-					assert.Empty(t, g.PassivelyDown(), "after %s", step)
-				}
-				send("cut")
-				if tt.wantEject {
-					assert.Len(t, g.PassivelyDown(), 1, "three cuts in a row, the dropped stream between them not counted")
-				} else {
-					assert.Empty(t, g.PassivelyDown(), "the %s response reset the streak", tt.middle)
-				}
+				})
 			})
 		}
 	}
