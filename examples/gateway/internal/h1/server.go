@@ -37,7 +37,8 @@ type Server struct {
 	// bound.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout bounds the wait for the next request's first byte on a kept-alive
-	// connection; zero: ReadHeaderTimeout, and no bound when both are zero.
+	// connection; zero or negative: no bound (net/http falls back to its ReadTimeout,
+	// which this server does not have).
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's line and headers, in bytes; zero or negative:
 	// http.DefaultMaxHeaderBytes (1 MiB). As net/http, 4096 bytes of buffer slack are read
@@ -246,13 +247,8 @@ func (s *Server) headerLimit() int64 {
 	return int64(n) + 4096
 }
 
-// idleTimeout is the wait for a kept-alive connection's next request.
-func (s *Server) idleTimeout() time.Duration {
-	if s.IdleTimeout != 0 {
-		return s.IdleTimeout
-	}
-	return s.ReadHeaderTimeout
-}
+// idleTimeout is the wait for a kept-alive connection's next request (<= 0: none).
+func (s *Server) idleTimeout() time.Duration { return s.IdleTimeout }
 
 // handler is Handler or http.DefaultServeMux.
 func (s *Server) handler() http.Handler {
