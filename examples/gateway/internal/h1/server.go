@@ -188,7 +188,9 @@ func (s *Server) beginShutdown() error {
 // http.ErrServerClosed), closes each idle connection at once (one waiting for a
 // request's first byte, new connections included) and each active one once its
 // response has ended (those responses carry Connection: close), and waits for the last
-// connection to close. It returns nil then, or ctx.Err() if ctx ends first (the
+// connection to close. Decision: a request whose first byte had arrived when Shutdown
+// began is served (with Connection: close), where net/http drops one whose header
+// completes after it. It returns nil then, or ctx.Err() if ctx ends first (the
 // connections left keep going; call Close, or Shutdown again, to end them). Hijacked
 // connections are not tracked: neither waited for nor closed. It may be called more
 // than once.
