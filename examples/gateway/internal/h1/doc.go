@@ -37,10 +37,14 @@
 //     after the answer. CONNECT (authority-form) and absolute-form URLs are parsed by
 //     http.ReadRequest and go to the Handler.
 //   - Request: RemoteAddr, RequestURI, a context derived from [Server.BaseContext]
-//     (with http.LocalAddrContextKey, and http.ServerContextKey holding the *Server, not
-//     an *http.Server: httputil.ReverseProxy aborts a response it cannot finish with
-//     http.ErrAbortHandler only when that key is set) cancelled when the handler returns; the body's
-//     read deadline, when the handler set one, is cleared at the body's end.
+//     (with http.LocalAddrContextKey, and http.ServerContextKey holding the *Server,
+//     not an *http.Server: httputil.ReverseProxy aborts a response it cannot finish
+//     with http.ErrAbortHandler only when that key is set) cancelled when the handler
+//     returns, and earlier with cause [ErrClientGone] when reading the body or writing
+//     the response fails (EOF, reset, a deadline), as net/http cancels it. The body's
+//     read deadline, when the handler set one, is cleared at the body's end; once the
+//     response header is written (without EnableFullDuplex) the unread body is
+//     discarded and a later Read returns http.ErrBodyReadAfterClose.
 //   - After the handler: a body not read to its end is discarded up to 256 KiB, else the
 //     connection closes (Connection: close is sent when the response is still to be
 //     written); keep-alive per HTTP/1.0 (Connection: keep-alive and a known length) and
@@ -78,8 +82,16 @@
 // cleared). The trade: a client leaving is noticed within ClientGoneAfter plus a tick,
 // not at once; a failed write of the response cancels the context at once.
 //
+// Concurrency and cost: Serve, Shutdown and Close are safe for concurrent use; a
+// ResponseWriter, as net/http's, is not (but for SetReadDeadline, which may stop a read
+// from another goroutine). One goroutine per connection; per request, the allocations
+// of http.ReadRequest, one request context, one ResponseWriter; the response header is
+// serialized into a buffer the connection reuses; bufio readers and writers (4 KiB) are
+// pooled. The sweeper keeps ticking while any handler runs, hijacked ones (tunnels)
+// included, and sleeps otherwise.
+//
 // Not done (the gateway needs none of it): TLS, HTTP/2 (h2c), ConnState hooks,
-// ConnContext, ReadTimeout and WriteTimeout (handlers set
-// deadlines per request), MaxBytesReader's connection close (its hook is net/http's
-// own: a body over a MaxBytesReader is discarded up to 256 KiB like any unread one).
+// ConnContext, ReadTimeout and WriteTimeout (handlers set deadlines per request),
+// MaxBytesReader's connection close (its hook is net/http's own: a body over a
+// MaxBytesReader is discarded up to 256 KiB like any unread one).
 package h1
