@@ -253,7 +253,7 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	cancel(nil)
 	if watched {
 		c.cur.Store(nil)
-		srv.sweep.end()
+		srv.sweepEnd()
 	}
 	if !ok || c.hijacked {
 		return false

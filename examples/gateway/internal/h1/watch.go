@@ -36,8 +36,15 @@ func (sw *sweeper) begin() {
 	}
 }
 
-// end counts a request out.
-func (sw *sweeper) end() { sw.inflight.Add(-1) }
+// sweepEnd counts a request out; the last one after shutdown began wakes the
+// sweeper, which then ends (it may wait for ticks that no longer come otherwise).
+func (s *Server) sweepEnd() {
+	if s.sweep.inflight.Add(-1) == 0 && s.shutting.Load() {
+		s.mu.Lock()
+		s.sweep.wakeLocked()
+		s.mu.Unlock()
+	}
+}
 
 func (sw *sweeper) signal() {
 	if sw.wake == nil {
