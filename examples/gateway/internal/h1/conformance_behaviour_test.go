@@ -1,0 +1,362 @@
+package h1_test
+
+// Behaviour both servers must share that is not a byte diff: the request context
+// cancelled when the client leaves, Shutdown with idle and active connections, the
+// idle and header timeouts, Hijack. Each test runs once per server.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// confServers names the two servers for the per-server subtests.
+var confServers = []struct {
+	name string
+	mk   func(confConfig) confServer
+	// clientGone is how soon after a client leaves the request context must be
+	// cancelled: net/http notices at once (its background read); h1 within its
+	// documented bound.
+	clientGone time.Duration
+}{
+	{"nethttp", newStd, stdClientGone},
+	{"h1", newH1, h1ClientGone},
+}
+
+// stdClientGone bounds net/http's notice of a client leaving (immediate, plus
+// scheduling on a shared machine).
+const stdClientGone = time.Second
+
+// dialConf dials addr with the conformance deadline on the connection.
+func dialConf(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(confDeadline))
+	return c
+}
+
+// readUntilClosed reads c until the server closes it and returns what it read and
+// how long that took; a timeout fails the test.
+func readUntilClosed(t *testing.T, c net.Conn, r io.Reader) ([]byte, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	b, err := io.ReadAll(r)
+	if err != nil && !isReset(err) {
+		t.Fatalf("reading until the server closes: %v (read %q)", err, b)
+	}
+	return b, time.Since(start)
+}
+
+func TestConformanceClientGone(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, s := range confServers {
+		for _, tc := range []struct{ name, request string }{
+			{"get", req("GET", "/wait")},
+			{"body-read", req("POST", "/wait", "Content-Length: 5\r\n") + "hello"},
+			{"chunked-body-read", req("POST", "/wait", "Transfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n"},
+		} {
+			t.Run(s.name+"/"+tc.name, func(t *testing.T) {
+				started, gone := make(chan struct{}), make(chan time.Time, 1)
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					_, _ = io.Copy(io.Discard, r.Body)
+					close(started)
+					select {
+					case <-r.Context().Done():
+						gone <- time.Now()
+					case <-time.After(confDeadline):
+					}
+				})
+				srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
+				c := dialConf(t, srv.addr)
+				if _, err := io.WriteString(c, tc.request); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-started:
+				case <-time.After(confDeadline):
+					t.Fatal("the handler did not start")
+				}
+				left := time.Now()
+				_ = c.Close()
+				select {
+				case at := <-gone:
+					if d := at.Sub(left); d > s.clientGone {
+						t.Errorf("context cancelled %v after the client left, want <= %v", d, s.clientGone)
+					}
+				case <-time.After(confDeadline):
+					t.Fatalf("context not cancelled %v after the client left (bound %v)", confDeadline, s.clientGone)
+				}
+			})
+		}
+	}
+}
+
+// TestConformanceClientGonePipelined: a pipelined request waiting behind a running
+// handler is not a client leaving: the context stays live past the notice bound and
+// both requests are answered.
+func TestConformanceClientGonePipelined(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, s := range confServers {
+		t.Run(s.name, func(t *testing.T) {
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Handler", "1")
+				if r.URL.Path == "/wait" {
+					select {
+					case <-r.Context().Done():
+						_, _ = io.WriteString(w, "cancelled")
+						return
+					case <-time.After(2 * s.clientGone):
+					}
+				}
+				_, _ = io.WriteString(w, "ok "+r.URL.Path)
+			})
+			srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
+			got := exchange(t, srv.addr, confExchange{writes: []string{req("GET", "/wait") + req("GET", "/next")}, finals: 2})
+			want := []string{
+				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /wait"`,
+				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /next"`,
+				"probe answered: " + `HTTP/1.1 200 framing=length=9 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /probe"`,
+			}
+			if strings.Join(got.lines, "\n") != strings.Join(want, "\n") {
+				t.Errorf("got\n\t%s\nwant\n\t%s", strings.Join(got.lines, "\n\t"), strings.Join(want, "\n\t"))
+			}
+		})
+	}
+}
+
+func TestConformanceShutdown(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, s := range confServers {
+		t.Run(s.name, func(t *testing.T) {
+			started, release := make(chan struct{}), make(chan struct{})
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Handler", "1")
+				if r.URL.Path == "/block" {
+					close(started)
+					<-release
+				}
+				_, _ = io.WriteString(w, "ok")
+			})
+			srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
+			idle, active := dialConf(t, srv.addr), dialConf(t, srv.addr)
+			idleR := bufio.NewReader(idle)
+			if _, err := io.WriteString(idle, get); err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := http.ReadResponse(idleR, nil); err != nil {
+				t.Fatal(err)
+			} else {
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			if _, err := io.WriteString(active, req("GET", "/block")); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+
+			shut := make(chan error, 1)
+			go func() { shut <- srv.srv.Shutdown(confContext(t)) }()
+			if b, _ := readUntilClosed(t, idle, idleR); len(b) != 0 {
+				t.Errorf("idle connection: read %q before the close, want nothing", b)
+			}
+			select {
+			case err := <-shut:
+				t.Fatalf("Shutdown returned %v with a request in flight", err)
+			default:
+			}
+			select {
+			case err := <-srv.done:
+				if !errors.Is(err, http.ErrServerClosed) {
+					t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+				}
+				srv.done <- err // for the cleanup's check
+			case <-time.After(confDeadline):
+				t.Error("Serve did not return after Shutdown")
+			}
+			if c, err := net.DialTimeout("tcp", srv.addr, confDeadline); err == nil {
+				_ = c.SetDeadline(time.Now().Add(confDeadline))
+				_, _ = io.WriteString(c, get)
+				if b, _ := io.ReadAll(c); len(b) != 0 {
+					t.Errorf("a connection after Shutdown was answered: %q", b)
+				}
+				_ = c.Close()
+			}
+
+			close(release)
+			activeR := bufio.NewReader(active)
+			resp, err := http.ReadResponse(activeR, nil)
+			if err != nil {
+				t.Fatalf("active connection: %v, want its answer", err)
+			}
+			if got := describe(resp); !resp.Close || !strings.HasSuffix(got, `body="ok"`) {
+				t.Errorf("active connection: got %s (close %v), want the answer with Connection: close", got, resp.Close)
+			}
+			if b, _ := readUntilClosed(t, active, activeR); len(b) != 0 {
+				t.Errorf("active connection: read %q after its answer, want the close", b)
+			}
+			select {
+			case err := <-shut:
+				if err != nil {
+					t.Errorf("Shutdown = %v, want nil", err)
+				}
+			case <-time.After(confDeadline):
+				t.Error("Shutdown did not return after the last connection closed")
+			}
+		})
+	}
+}
+
+// TestConformanceTimeouts: a silent connection is closed by the idle or header
+// timeout within bounds, each server; what a server writes before closing (nothing,
+// or a 400 for a partial request line) must be what net/http writes.
+func TestConformanceTimeouts(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	const short, long = 200 * time.Millisecond, 2 * time.Second
+	for _, tc := range []struct {
+		name             string
+		idle, readHeader time.Duration
+		send             string // before the silence; a full GET first is answered first
+		min, max         time.Duration
+	}{
+		{"idle-after-request", short, 0, get, short / 2, long},
+		{"idle-after-request-readheader-shorter", short, short / 4, get, short / 2, long},
+		{"partial-header", long * 4, short, "GET / HTTP/1.1\r\nHost: a\r\n", short / 2, long},
+		{"partial-request-line", long * 4, short, "GET / HT", short / 2, long},
+		{"partial-second-request", long * 4, short, get + "GET / HT", short / 2, long},
+		{"silent-new-connection", long * 4, short, "", short / 2, long},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wrote []string
+			for _, s := range confServers {
+				srv := startConf(t, s.name, s.mk, confConfig{Handler: http.HandlerFunc(confHandler),
+					IdleTimeout: tc.idle, ReadHeaderTimeout: tc.readHeader})
+				c := dialConf(t, srv.addr)
+				br := bufio.NewReader(c)
+				if tc.send != "" {
+					if _, err := io.WriteString(c, tc.send); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if strings.HasPrefix(tc.send, get) {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
+				b, d := readUntilClosed(t, c, br)
+				if d < tc.min || d > tc.max {
+					t.Errorf("%s: closed after %v, want within [%v, %v]", s.name, d, tc.min, tc.max)
+				}
+				wrote = append(wrote, reduce(b))
+			}
+			if wrote[0] != wrote[1] {
+				t.Errorf("before the close net/http wrote %s, h1 wrote %s", wrote[0], wrote[1])
+			}
+		})
+	}
+}
+
+func TestConformanceHijack(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, s := range confServers {
+		t.Run(s.name, func(t *testing.T) {
+			done := make(chan string, 1)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					done <- "hijack: " + err.Error()
+					return
+				}
+				defer conn.Close()
+				_, werr := w.Write([]byte("x"))
+				_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+				_ = rw.Flush()
+				for { // echo upper-cased lines, the buffered ones first
+					line, err := rw.ReadString('\n')
+					if err != nil {
+						break
+					}
+					_, _ = rw.WriteString(strings.ToUpper(line))
+					_ = rw.Flush()
+				}
+				done <- "write after hijack: " + errText(werr)
+			})
+			srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
+			c := dialConf(t, srv.addr)
+			br := bufio.NewReader(c)
+			if _, err := io.WriteString(c, req("GET", "/", "Connection: Upgrade\r\nUpgrade: echo\r\n")+"pipelined\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("status %d, want 101", resp.StatusCode)
+			}
+			var got bytes.Buffer
+			for _, line := range []string{"", "after\n"} {
+				if line != "" {
+					if _, err := io.WriteString(c, line); err != nil {
+						t.Fatal(err)
+					}
+				}
+				l, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				got.WriteString(l)
+			}
+			if got.String() != "PIPELINED\nAFTER\n" {
+				t.Errorf("echoed %q, want %q", got.String(), "PIPELINED\nAFTER\n")
+			}
+			_ = c.(*net.TCPConn).CloseWrite()
+			if b, _ := readUntilClosed(t, c, br); len(b) != 0 {
+				t.Errorf("read %q after the tunnel, want the close", b)
+			}
+			if r := <-done; r != "write after hijack: http.ErrHijacked" {
+				t.Errorf("handler: %s", r)
+			}
+		})
+	}
+}
+
+// reduce describes the answers in b (each as describe does), or says "nothing".
+func reduce(b []byte) string {
+	if len(b) == 0 {
+		return "nothing"
+	}
+	br := bufio.NewReader(bytes.NewReader(b))
+	var out []string
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				out = append(out, "unparsable: "+readErr(err))
+			}
+			return strings.Join(out, "; ")
+		}
+		out = append(out, describe(resp))
+	}
+}
+
+// errText names err, http.ErrHijacked by its name.
+func errText(err error) string {
+	if errors.Is(err, http.ErrHijacked) {
+		return "http.ErrHijacked"
+	}
+	return fmt.Sprint(err)
+}

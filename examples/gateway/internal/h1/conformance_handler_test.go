@@ -1,0 +1,108 @@
+package h1_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// confHandler is the handler both servers serve in the differential table. Every
+// response it writes carries X-Handler (the harness tells a handler's answer from the
+// server's own that way); the path picks the behaviour, anything else echoes what the
+// handler saw of the request, so that a difference in parsing shows as a difference
+// in the body.
+func confHandler(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Handler", "1")
+	switch r.URL.Path {
+	case "/noread": // never reads the body
+		_, _ = io.WriteString(w, "ok")
+	case "/flush": // flushes before the end: chunked on HTTP/1.1
+		_, _ = io.WriteString(w, "a")
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, "b")
+	case "/big": // more than any write buffer, never flushed
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
+	case "/empty":
+	case "/204":
+		w.WriteHeader(http.StatusNoContent)
+		_, _ = io.WriteString(w, "not sent")
+	case "/304":
+		w.WriteHeader(http.StatusNotModified)
+	case "/html": // sniffed Content-Type
+		_, _ = io.WriteString(w, "<html><body>x</body></html>")
+	case "/setcl":
+		w.Header().Set("Content-Length", "5")
+		_, _ = io.WriteString(w, "hello")
+	case "/trailer":
+		w.Header().Set("Trailer", "X-T")
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-T", "t1")
+		w.Header().Set(http.TrailerPrefix+"X-U", "u1")
+	case "/early":
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "done")
+	case "/panic":
+		panic("conformance: handler panic")
+	case "/abort":
+		panic(http.ErrAbortHandler)
+	case "/panic-after-flush":
+		_, _ = io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		panic("conformance: handler panic after a flush")
+	case "/maxbytes":
+		r.Body = http.MaxBytesReader(w, r.Body, 8)
+		if _, err := io.ReadAll(r.Body); err != nil {
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			_, _ = io.WriteString(w, "too large")
+			return
+		}
+		_, _ = io.WriteString(w, "fits")
+	case "/close":
+		w.Header().Set("Connection", "close")
+		_, _ = io.WriteString(w, "bye")
+	case "/cl-over": // declares 3, writes 5
+		w.Header().Set("Content-Length", "3")
+		_, err := io.WriteString(w, "hello")
+		w.Header().Set("X-Late", fmt.Sprint(err)) // too late to be sent; kept for symmetry
+	case "/cl-under": // declares 10, writes 3
+		w.Header().Set("Content-Length", "10")
+		_, _ = io.WriteString(w, "abc")
+	default:
+		confEcho(w, r)
+	}
+}
+
+// confEcho answers with what the handler saw: method, request URI, protocol, Host,
+// ContentLength, TransferEncoding, Close, the body (or its digest) and its read error,
+// the trailers, and the header names.
+func confEcho(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s host=%q cl=%d te=%v close=%v", r.Method, r.RequestURI, r.Proto,
+		r.Host, r.ContentLength, r.TransferEncoding, r.Close)
+	if len(body) > 64 {
+		fmt.Fprintf(&b, " body=%d:%x", len(body), sha256.Sum256(body))
+	} else {
+		fmt.Fprintf(&b, " body=%q", body)
+	}
+	fmt.Fprintf(&b, " err=%v", err)
+	var tr []string
+	for k, v := range r.Trailer {
+		tr = append(tr, k+"="+strings.Join(v, ","))
+	}
+	sort.Strings(tr)
+	var hs []string
+	for k, v := range r.Header {
+		hs = append(hs, k+"="+strings.Join(v, ","))
+	}
+	sort.Strings(hs)
+	fmt.Fprintf(&b, " trailers=%v header=%v", tr, hs)
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, b.String())
+}

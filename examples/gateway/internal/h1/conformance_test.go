@@ -1,0 +1,227 @@
+package h1_test
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// confCase is one row of the differential table. Every case compares the whole
+// reduced answer (see describe and exchange: per answer the status, and for a
+// handler's answer the protocol, framing, headers but Date, body and trailers; then
+// whether the connection closes or serves a next request); what says in words what
+// the case is about. Where h1 differs from net/http on purpose, h1 holds h1's
+// documented answer (the lines exchange produces) and why says why.
+type confCase struct {
+	name string
+	what string
+	x    confExchange
+	h1   []string
+	why  string
+}
+
+const (
+	host   = "Host: example.com\r\n"
+	get    = "GET / HTTP/1.1\r\n" + host + "\r\n"
+	kib300 = 300 << 10
+)
+
+func req(method, target string, headers ...string) string {
+	return method + " " + target + " HTTP/1.1\r\n" + host + strings.Join(headers, "") + "\r\n"
+}
+
+func one(s string) confExchange { return confExchange{writes: []string{s}} }
+
+// confCases is the table; cases that want a small MaxHeaderBytes read confMaxHeader.
+var confCases = []confCase{
+	// Keep-alive, pipelining, versions.
+	{name: "get", what: "a plain GET, then the connection serves the probe", x: one(get)},
+	{name: "keepalive-sequence", what: "three requests, each sent after the previous answer",
+		x: confExchange{writes: []string{get, req("GET", "/flush"), req("POST", "/", "Content-Length: 3\r\n") + "abc"}, finals: 3}},
+	{name: "pipelined-3", what: "three requests in one write, answered in order",
+		x: confExchange{writes: []string{get + req("GET", "/flush") + req("POST", "/x", "Content-Length: 2\r\n") + "hi"}, finals: 3}},
+	{name: "pipelined-after-unread-body", what: "a small unread body is discarded and the pipelined request served",
+		x: confExchange{writes: []string{req("POST", "/noread", "Content-Length: 5\r\n") + "hello" + get}, finals: 2}},
+	{name: "http10", what: "HTTP/1.0 without keep-alive: answered then closed",
+		x: one("GET / HTTP/1.0\r\n\r\n")},
+	{name: "http10-keepalive", what: "HTTP/1.0 with Connection: keep-alive: Content-Length, Connection: keep-alive, kept open",
+		x: one("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")},
+	{name: "http10-keepalive-flush", what: "HTTP/1.0 keep-alive with a flushing handler: close-delimited",
+		x: one("GET /flush HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")},
+	{name: "http10-host", what: "HTTP/1.0 with a Host header", x: one("GET / HTTP/1.0\r\nHost: a\r\n\r\n")},
+	{name: "client-close", what: "Connection: close from the client", x: one(req("GET", "/", "Connection: close\r\n"))},
+	{name: "client-close-mixed-case", what: "Connection: Keep-Alive, CLOSE", x: one(req("GET", "/", "Connection: Keep-Alive, CLOSE\r\n"))},
+
+	// Response framing and bodies.
+	{name: "head", what: "HEAD: headers as for GET (computed Content-Length), no body",
+		x: confExchange{writes: []string{req("HEAD", "/html")}, methods: []string{"HEAD"}}},
+	{name: "head-empty", what: "HEAD on a handler that writes nothing",
+		x: confExchange{writes: []string{req("HEAD", "/empty")}, methods: []string{"HEAD"}}},
+	{name: "head-flush", what: "HEAD on a flushing handler",
+		x: confExchange{writes: []string{req("HEAD", "/flush")}, methods: []string{"HEAD"}}},
+	{name: "204", what: "204: no body, no framing headers, the write refused", x: one(req("GET", "/204"))},
+	{name: "304", what: "304: no body", x: one(req("GET", "/304"))},
+	{name: "flush-chunked", what: "a handler that flushes: chunked", x: one(req("GET", "/flush"))},
+	{name: "no-flush-length", what: "a handler that does not flush: Content-Length computed, Content-Type sniffed", x: one(req("GET", "/html"))},
+	{name: "big-no-flush", what: "64 KB without a flush: more than the buffer, chunked", x: one(req("GET", "/big"))},
+	{name: "empty", what: "a handler that writes nothing: Content-Length: 0", x: one(req("GET", "/empty"))},
+	{name: "set-content-length", what: "Content-Length set by the handler is kept", x: one(req("GET", "/setcl"))},
+	{name: "trailers", what: "declared Trailer and a TrailerPrefix key: chunked with both trailers", x: one(req("GET", "/trailer"))},
+	{name: "trailers-http10", what: "trailers on HTTP/1.0: no chunking, no trailers",
+		x: one("GET /trailer HTTP/1.0\r\n\r\n")},
+	{name: "early-hints", what: "103 with the current headers, then the 200", x: one(req("GET", "/early"))},
+	{name: "handler-close", what: "the handler sets Connection: close: answered then closed", x: one(req("GET", "/close"))},
+	{name: "cl-over", what: "the handler writes more than its Content-Length: the excess refused", x: one(req("GET", "/cl-over"))},
+	{name: "cl-under", what: "the handler writes less than its Content-Length: the connection closes", x: one(req("GET", "/cl-under"))},
+	{name: "panic", what: "a handler panic: no answer, connection closed", x: one(req("GET", "/panic"))},
+	{name: "panic-abort", what: "panic(http.ErrAbortHandler): no answer, connection closed", x: one(req("GET", "/abort"))},
+	{name: "panic-after-flush", what: "a panic after a flushed chunk: the chunked body is cut", x: one(req("GET", "/panic-after-flush"))},
+
+	// Request bodies.
+	{name: "body-length", what: "a Content-Length body", x: one(req("POST", "/", "Content-Length: 5\r\n") + "hello")},
+	{name: "body-chunked", what: "a chunked body",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n")},
+	{name: "body-chunked-ext-trailers", what: "chunk extensions and request trailers",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\nTrailer: X-Tr\r\n") + "5;ext=1;q=\"a\"\r\nhello\r\n0\r\nX-Tr: v\r\n\r\n")},
+	{name: "body-unread-large", what: "an unread body over 256 KB: answered with Connection: close, the next request not served",
+		x: one(req("POST", "/noread", "Content-Length: 307200\r\n") + strings.Repeat("b", kib300) + get)},
+	{name: "body-unread-small-chunked", what: "a small unread chunked body is discarded; the next request is served",
+		x: confExchange{writes: []string{req("POST", "/noread", "Transfer-Encoding: chunked\r\n") + "3\r\nabc\r\n0\r\n\r\n" + get}, finals: 2}},
+	{name: "maxbytes-over", what: "http.MaxBytesReader over its limit: the handler's 413, then closed",
+		x: one(req("POST", "/maxbytes", "Content-Length: 20\r\n") + strings.Repeat("m", 20))},
+	{name: "maxbytes-fits", what: "http.MaxBytesReader within its limit",
+		x: one(req("POST", "/maxbytes", "Content-Length: 4\r\n") + "four")},
+	{name: "expect-continue-read", what: "Expect: 100-continue, body sent after the 100: 100 then 200",
+		x: confExchange{writes: []string{req("POST", "/", "Expect: 100-continue\r\nContent-Length: 4\r\n"), "data"}}},
+	{name: "expect-continue-eager", what: "Expect: 100-continue with the body in the same write",
+		x: one(req("POST", "/", "Expect: 100-continue\r\nContent-Length: 4\r\n") + "data")},
+	{name: "expect-continue-noread", what: "Expect: 100-continue, the handler does not read: no 100, answered with " +
+		"Connection: close; the client then sends its body anyway (as a client does when its wait for the 100 ends) and the server closes",
+		x: confExchange{writes: []string{req("POST", "/noread", "Expect: 100-continue\r\nContent-Length: 4\r\n"), "data"}}},
+	{name: "expect-continue-http10", what: "Expect: 100-continue on HTTP/1.0: no 100",
+		x: one("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\ndata")},
+	{name: "expect-other", what: "an Expect other than 100-continue: 417",
+		x: one(req("POST", "/", "Expect: something\r\nContent-Length: 4\r\n") + "data")},
+
+	// Smuggling and request-line shapes.
+	{name: "cl-and-te", what: "Content-Length and Transfer-Encoding: chunked together",
+		x: one(req("POST", "/", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n")},
+	{name: "two-cl-differ", what: "two Content-Length values that differ: 400",
+		x: one(req("POST", "/", "Content-Length: 3\r\nContent-Length: 4\r\n") + "abcd")},
+	{name: "cl-plus-sign", what: "Content-Length: +3: 400", x: one(req("POST", "/", "Content-Length: +3\r\n") + "abc")},
+	{name: "cl-negative", what: "Content-Length: -1: 400", x: one(req("POST", "/", "Content-Length: -1\r\n") + "abc")},
+	{name: "cl-hex", what: "Content-Length: 0x3: 400", x: one(req("POST", "/", "Content-Length: 0x3\r\n") + "abc")},
+	{name: "cl-comma-list", what: "Content-Length: 3, 3", x: one(req("POST", "/", "Content-Length: 3, 3\r\n") + "abc")},
+	{name: "get-with-body", what: "a GET with a Content-Length body", x: one(req("GET", "/", "Content-Length: 3\r\n") + "abc")},
+	{name: "te-chunked-uppercase", what: "Transfer-Encoding: Chunked",
+		x: one(req("POST", "/", "Transfer-Encoding: Chunked\r\n") + "3\r\nabc\r\n0\r\n\r\n")},
+	{name: "te-two-headers", what: "two Transfer-Encoding: chunked headers",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n") + "3\r\nabc\r\n0\r\n\r\n")},
+	{name: "pipelined-after-close", what: "Connection: close then a pipelined request: the second is not served",
+		x: one(req("GET", "/", "Connection: close\r\n") + get)},
+	{name: "head-close", what: "HEAD with Connection: close",
+		x: confExchange{writes: []string{req("HEAD", "/setcl", "Connection: close\r\n")}, methods: []string{"HEAD"}}},
+	{name: "two-cl-same", what: "two equal Content-Length values",
+		x: one(req("POST", "/", "Content-Length: 3\r\nContent-Length: 3\r\n") + "abc")},
+	{name: "te-chunked-identity", what: "Transfer-Encoding: chunked, identity: 501",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked, identity\r\n") + "5\r\nhello\r\n0\r\n\r\n")},
+	{name: "te-gzip", what: "Transfer-Encoding: gzip: 501", x: one(req("POST", "/", "Transfer-Encoding: gzip\r\n") + "abc")},
+	{name: "te-http10", what: "Transfer-Encoding: chunked on HTTP/1.0",
+		x: one("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")},
+	{name: "chunk-size-bad", what: "a chunk size that is not hex",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "zz\r\nhello\r\n0\r\n\r\n" + get)},
+	{name: "chunk-size-overflow", what: "a chunk size that overflows 64 bits",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "ffffffffffffffffff\r\nhello\r\n0\r\n\r\n")},
+	{name: "chunk-size-negative", what: "a chunk size with a sign",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "-5\r\nhello\r\n0\r\n\r\n")},
+	{name: "chunk-bare-lf", what: "chunk lines ended by a bare LF",
+		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "5\nhello\n0\n\n")},
+	{name: "obs-fold", what: "an obs-folded header line", x: one(req("GET", "/", "X-A: a\r\n b\r\n"))},
+	{name: "bare-lf", what: "header lines ended by a bare LF", x: one("GET / HTTP/1.1\nHost: a\n\n")},
+	{name: "space-before-colon", what: "a space between a header name and the colon", x: one(req("GET", "/", "X-A : b\r\n"))},
+	{name: "space-before-colon-cl", what: "Content-Length with a space before the colon",
+		x: one(req("POST", "/", "Content-Length : 5\r\n") + "hello")},
+	{name: "nul-in-value", what: "NUL in a header value: 400", x: one(req("GET", "/", "X-A: a\x00b\r\n"))},
+	{name: "ctl-in-value", what: "a control character in a header value: 400", x: one(req("GET", "/", "X-A: a\x01b\r\n"))},
+	{name: "del-in-value", what: "DEL in a header value: 400", x: one(req("GET", "/", "X-A: a\x7fb\r\n"))},
+	{name: "bad-header-name", what: "a header name with a separator: 400", x: one(req("GET", "/", "X(A): b\r\n"))},
+	{name: "missing-host-11", what: "no Host on HTTP/1.1: 400", x: one("GET / HTTP/1.1\r\n\r\n")},
+	{name: "two-hosts", what: "two Host headers: 400", x: one(req("GET", "/", "Host: other.example\r\n"))},
+	{name: "bad-host", what: "a malformed Host value: 400", x: one("GET / HTTP/1.1\r\nHost: a b\r\n\r\n")},
+	{name: "empty-host", what: "an empty Host on HTTP/1.1", x: one("GET / HTTP/1.1\r\nHost:\r\n\r\n")},
+	{name: "absolute-form", what: "an absolute-form target: its host wins over Host",
+		x: one("GET http://target.example/p?q=1 HTTP/1.1\r\nHost: other.example\r\n\r\n")},
+	{name: "connect", what: "CONNECT authority-form", x: one("CONNECT target.example:443 HTTP/1.1\r\nHost: target.example:443\r\n\r\n")},
+	{name: "connect-no-host", what: "CONNECT without Host", x: one("CONNECT target.example:443 HTTP/1.1\r\n\r\n")},
+	{name: "options-star", what: "OPTIONS *: answered by the server (as net/http's globalOptionsHandler)",
+		x: one("OPTIONS * HTTP/1.1\r\n" + host + "\r\n")},
+	{name: "get-star", what: "GET *", x: one("GET * HTTP/1.1\r\n" + host + "\r\n")},
+	{name: "h2-preface", what: "the HTTP/2 preface on a plain HTTP/1 server",
+		x: confExchange{writes: []string{"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"}}},
+	{name: "http09", what: "an HTTP/0.9 request line: 400", x: one("GET /\r\n\r\n")},
+	{name: "http20-line", what: "an HTTP/2.0 request line (not the preface): 505", x: one("GET / HTTP/2.0\r\n" + host + "\r\n")},
+	{name: "http30-line", what: "an HTTP/3.0 request line: 505", x: one("GET / HTTP/3.0\r\n" + host + "\r\n")},
+	{name: "http12-line", what: "HTTP/1.2 (a later 1.x)", x: one("GET / HTTP/1.2\r\n" + host + "\r\n")},
+	{name: "bad-version", what: "a malformed version: 400", x: one("GET / HTTX/1.1\r\n" + host + "\r\n")},
+	{name: "lowercase-method", what: "a lowercase method is a different method", x: one("get / HTTP/1.1\r\n" + host + "\r\n")},
+	{name: "bad-method", what: "a method with a separator: 400", x: one("G(T / HTTP/1.1\r\n" + host + "\r\n")},
+	{name: "leading-crlf", what: "a CRLF before the request line", x: one("\r\n" + get)},
+	{name: "long-request-line-ok", what: "a 3 KB request line under MaxHeaderBytes plus slack",
+		x: one(req("GET", "/"+strings.Repeat("a", 3000)))},
+	{name: "long-request-line", what: "an 8 KB request line over MaxHeaderBytes plus slack: 431",
+		x: one(req("GET", "/"+strings.Repeat("a", 8000)))},
+	{name: "headers-within-slack", what: "3 KB of headers: over MaxHeaderBytes, within its 4096 slack",
+		x: one(req("GET", "/", "X-Big: "+strings.Repeat("h", 3000)+"\r\n"))},
+	{name: "headers-over-limit", what: "8 KB of headers: 431",
+		x: one(req("GET", "/", "X-Big: "+strings.Repeat("h", 8000)+"\r\n"))},
+	{name: "headers-over-limit-many", what: "many small headers over the limit: 431",
+		x: one(req("GET", "/", strings.Repeat("X-M: 0123456789\r\n", 500)))},
+	{name: "second-request-over-limit", what: "the second request on a connection over the limit: 431",
+		x: confExchange{writes: []string{get, req("GET", "/", "X-Big: "+strings.Repeat("h", 8000)+"\r\n")}, finals: 2}},
+}
+
+// confMaxHeader is MaxHeaderBytes in the differential table (net/http allows 4096
+// more).
+const confMaxHeader = 1024
+
+func TestConformance(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	cfg := confConfig{Handler: http.HandlerFunc(confHandler), MaxHeaderBytes: confMaxHeader}
+	std, h1 := startPair(t, cfg)
+	for _, c := range confCases {
+		t.Run(c.name, func(t *testing.T) {
+			want := exchange(t, std.addr, c.x)
+			got := exchange(t, h1.addr, c.x)
+			t.Logf("net/http:\n\t%s", strings.Join(want.lines, "\n\t"))
+			expect := want.lines
+			if c.h1 != nil {
+				expect = c.h1
+			}
+			if !slices.Equal(got.lines, expect) {
+				t.Errorf("%s\nsent: %q\nnet/http:\n\t%s\nh1:\n\t%s\nwant for h1 (%s):\n\t%s\nraw net/http: %q\nraw h1: %q",
+					c.what, trunc(strings.Join(c.x.writes, ""), 300),
+					strings.Join(want.lines, "\n\t"), strings.Join(got.lines, "\n\t"),
+					orStr(c.why, "as net/http"), strings.Join(expect, "\n\t"),
+					trunc(string(want.raw), 600), trunc(string(got.raw), 600))
+			}
+		})
+	}
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "...(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+func orStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
