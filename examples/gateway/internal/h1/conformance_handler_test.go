@@ -47,6 +47,9 @@ func confHandler(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "done")
+	case "/status-bad":
+		w.WriteHeader(1000)
+		_, _ = io.WriteString(w, "after a bad code")
 	case "/panic":
 		panic("conformance: handler panic")
 	case "/abort":

@@ -90,7 +90,7 @@ func startConf(t testing.TB, name string, mk func(confConfig) confServer, cfg co
 }
 
 // startPair serves cfg on both servers.
-func startPair(t testing.TB, cfg confConfig) (std, h1 *confServed) {
+func startPair(t testing.TB, cfg confConfig) (std, dut *confServed) {
 	t.Helper()
 	return startConf(t, "net/http", newStd, cfg), startConf(t, "h1", newH1, cfg)
 }

@@ -2,7 +2,6 @@ package h1_test
 
 import (
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +14,8 @@ import (
 // handler's answer the protocol, framing, headers but Date, body and trailers; then
 // whether the connection closes or serves a next request); what says in words what
 // the case is about. Where h1 differs from net/http on purpose, h1 holds h1's
-// documented answer (the lines exchange produces) and why says why.
+// documented answer (the lines exchange produces; a line ending in "*" matches by
+// its prefix) and why says why, citing h1's package doc.
 type confCase struct {
 	name string
 	what string
@@ -77,6 +77,10 @@ var confCases = []confCase{
 	{name: "handler-close", what: "the handler sets Connection: close: answered then closed", x: one(req("GET", "/close"))},
 	{name: "cl-over", what: "the handler writes more than its Content-Length: the excess refused", x: one(req("GET", "/cl-over"))},
 	{name: "cl-under", what: "the handler writes less than its Content-Length: the connection closes", x: one(req("GET", "/cl-under"))},
+	{name: "writeheader-bad-code", what: "WriteHeader(1000): net/http panics (no answer, closed)",
+		x:   one(req("GET", "/status-bad")),
+		h1:  []string{`HTTP/1.1 500 *`, "*"},
+		why: "h1 doc: WriteHeader with a code outside 100-999 is logged and answered 500"},
 	{name: "panic", what: "a handler panic: no answer, connection closed", x: one(req("GET", "/panic"))},
 	{name: "panic-abort", what: "panic(http.ErrAbortHandler): no answer, connection closed", x: one(req("GET", "/abort"))},
 	{name: "panic-after-flush", what: "a panic after a flushed chunk: the chunked body is cut", x: one(req("GET", "/panic-after-flush"))},
@@ -92,7 +96,16 @@ var confCases = []confCase{
 	{name: "body-unread-small-chunked", what: "a small unread chunked body is discarded; the next request is served",
 		x: confExchange{writes: []string{req("POST", "/noread", "Transfer-Encoding: chunked\r\n") + "3\r\nabc\r\n0\r\n\r\n" + get}, finals: 2}},
 	{name: "maxbytes-over", what: "http.MaxBytesReader over its limit: the handler's 413, then closed",
-		x: one(req("POST", "/maxbytes", "Content-Length: 20\r\n") + strings.Repeat("m", 20))},
+		x: one(req("POST", "/maxbytes", "Content-Length: 20\r\n") + strings.Repeat("m", 20)),
+		h1: []string{
+			`HTTP/1.1 413 framing=length=9 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="too large"`,
+			"probe: served",
+		},
+		why: "h1 doc, Not done: MaxBytesReader's connection close is net/http's own hook (an unexported " +
+			"method); the bytes left are discarded like any unread body under 256 KiB and the connection " +
+			"kept (the gateway closes it itself, h1srv brief item 4)"},
+	{name: "maxbytes-over-large", what: "http.MaxBytesReader over its limit with more than 256 KB left: 413, Connection: close",
+		x: one(req("POST", "/maxbytes", "Content-Length: 307200\r\n") + strings.Repeat("m", kib300))},
 	{name: "maxbytes-fits", what: "http.MaxBytesReader within its limit",
 		x: one(req("POST", "/maxbytes", "Content-Length: 4\r\n") + "four")},
 	{name: "expect-continue-read", what: "Expect: 100-continue, body sent after the 100: 100 then 200",
@@ -191,17 +204,17 @@ const confMaxHeader = 1024
 func TestConformance(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	cfg := confConfig{Handler: http.HandlerFunc(confHandler), MaxHeaderBytes: confMaxHeader}
-	std, h1 := startPair(t, cfg)
+	std, dut := startPair(t, cfg)
 	for _, c := range confCases {
 		t.Run(c.name, func(t *testing.T) {
 			want := exchange(t, std.addr, c.x)
-			got := exchange(t, h1.addr, c.x)
+			got := exchange(t, dut.addr, c.x)
 			t.Logf("net/http:\n\t%s", strings.Join(want.lines, "\n\t"))
 			expect := want.lines
 			if c.h1 != nil {
 				expect = c.h1
 			}
-			if !slices.Equal(got.lines, expect) {
+			if !matchLines(got.lines, expect) {
 				t.Errorf("%s\nsent: %q\nnet/http:\n\t%s\nh1:\n\t%s\nwant for h1 (%s):\n\t%s\nraw net/http: %q\nraw h1: %q",
 					c.what, trunc(strings.Join(c.x.writes, ""), 300),
 					strings.Join(want.lines, "\n\t"), strings.Join(got.lines, "\n\t"),
@@ -224,4 +237,22 @@ func orStr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// matchLines reports whether got matches want line by line; a want line ending in
+// "*" matches any line with the prefix before it ("*" alone: any line).
+func matchLines(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		if p, ok := strings.CutSuffix(w, "*"); ok {
+			if !strings.HasPrefix(got[i], p) {
+				return false
+			}
+		} else if got[i] != w {
+			return false
+		}
+	}
+	return true
 }

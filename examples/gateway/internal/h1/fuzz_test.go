@@ -28,10 +28,10 @@ func FuzzServe(f *testing.F) {
 			f.Add([]byte(in))
 		}
 	}
-	std, h1 := startPair(f, confConfig{Handler: http.HandlerFunc(confHandler), MaxHeaderBytes: confMaxHeader})
+	std, dut := startPair(f, confConfig{Handler: http.HandlerFunc(confHandler), MaxHeaderBytes: confMaxHeader})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		want := fuzzSend(t, std.addr, in)
-		got := fuzzSend(t, h1.addr, in)
+		got := fuzzSend(t, dut.addr, in)
 		if got.hung {
 			t.Fatalf("h1 neither answered nor closed within %v; read %q (net/http: status %d, read %q)",
 				fuzzDeadline, trunc(string(got.raw), 300), want.status, trunc(string(want.raw), 300))
