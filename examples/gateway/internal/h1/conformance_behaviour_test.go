@@ -135,9 +135,9 @@ func TestConformanceClientGonePipelined(t *testing.T) {
 			srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
 			got := exchange(t, srv.addr, confExchange{writes: []string{req("GET", "/wait") + req("GET", "/next")}, finals: 2})
 			want := []string{
-				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /wait"`,
-				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /next"`,
-				"probe answered: " + `HTTP/1.1 200 framing=length=9 Content-Type="text/plain; charset=utf-8" X-Handler="1" body="ok /probe"`,
+				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" Date=set X-Handler="1" body="ok /wait"`,
+				`HTTP/1.1 200 framing=length=8 Content-Type="text/plain; charset=utf-8" Date=set X-Handler="1" body="ok /next"`,
+				"probe answered: " + `HTTP/1.1 200 framing=length=9 Content-Type="text/plain; charset=utf-8" Date=set X-Handler="1" body="ok /probe"`,
 			}
 			if strings.Join(got.lines, "\n") != strings.Join(want, "\n") {
 				t.Errorf("got\n\t%s\nwant\n\t%s", strings.Join(got.lines, "\n\t"), strings.Join(want, "\n\t"))
