@@ -47,6 +47,34 @@ func confHandler(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "done")
+	case "/inject": // CR/LF in a header value and a trailer value: no response splitting
+		w.Header().Set("Trailer", "X-T")
+		w.Header().Set("X-Inj", "a\r\nX-Injected: 1")
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-T", "t\r\nX-Injected-Trailer: 1")
+	case "/inject-name": // header names a client cannot parse
+		w.Header()["Bad Name"] = []string{"x"}
+		w.Header()["X-Ok"] = []string{"y"}
+		_, _ = io.WriteString(w, "body")
+	case "/cl-invalid":
+		w.Header().Set("Content-Length", "abc")
+		_, _ = io.WriteString(w, "body")
+	case "/te-set": // the handler says chunked itself, with a Content-Length too
+		w.Header().Set("Transfer-Encoding", "chunked")
+		w.Header().Set("Content-Length", "4")
+		_, _ = io.WriteString(w, "body")
+	case "/double-writeheader":
+		w.WriteHeader(http.StatusAccepted)
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = io.WriteString(w, "first wins")
+	case "/head-cl": // HEAD: the handler states the length and writes nothing
+		w.Header().Set("Content-Length", "1234")
+	case "/keepalive-header":
+		w.Header().Set("Connection", "keep-alive")
+		_, _ = io.WriteString(w, "ka")
+	case "/read-partial": // reads 10 bytes of the body only
+		_, _ = io.CopyN(io.Discard, r.Body, 10)
+		_, _ = io.WriteString(w, "partial")
 	case "/status-bad":
 		w.WriteHeader(1000)
 		_, _ = io.WriteString(w, "after a bad code")
