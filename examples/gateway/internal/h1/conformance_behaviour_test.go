@@ -146,6 +146,90 @@ func TestConformanceClientGonePipelined(t *testing.T) {
 	}
 }
 
+// TestConformanceLateBytes: bytes the client sends while a handler runs (after its
+// request was read, so they wait in the socket, where h1's client-gone watch reads one
+// byte and keeps it; net/http's background read does the same) reach what comes next:
+// the next request, or the tunnel after a Hijack. The handler runs past the watch's
+// start (4 x DefaultClientGoneAfter) before it answers or hijacks.
+func TestConformanceLateBytes(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	const runFor = 4 * h1.DefaultClientGoneAfter
+	for _, s := range confServers {
+		for _, hijack := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/hijack=%v", s.name, hijack), func(t *testing.T) {
+				started := make(chan struct{}, 2)
+				cancelled := make(chan bool, 2)
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					started <- struct{}{}
+					select {
+					case <-r.Context().Done():
+						cancelled <- true
+					case <-time.After(runFor):
+						cancelled <- false
+					}
+					if !hijack || r.URL.Path != "/first" {
+						w.Header().Set("X-Handler", "1")
+						_, _ = io.WriteString(w, "ok "+r.URL.Path)
+						return
+					}
+					conn, rw, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						return
+					}
+					defer conn.Close()
+					_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+					line, _ := rw.ReadString('\n')
+					_, _ = rw.WriteString("tunnel got " + line)
+					_ = rw.Flush()
+				})
+				srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
+				c := dialConf(t, srv.addr)
+				br := bufio.NewReader(c)
+				if _, err := io.WriteString(c, req("GET", "/first")); err != nil {
+					t.Fatal(err)
+				}
+				<-started
+				late := req("GET", "/second")
+				if hijack {
+					late = "late bytes\n"
+				}
+				if _, err := io.WriteString(c, late); err != nil {
+					t.Fatal(err)
+				}
+				if <-cancelled {
+					t.Fatal("the first request's context was cancelled: late bytes are not a client leaving")
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				first := describe(resp)
+				var next string
+				if hijack {
+					next, err = br.ReadString('\n')
+				} else {
+					<-started
+					<-cancelled
+					var r2 *http.Response
+					if r2, err = http.ReadResponse(br, nil); err == nil {
+						next = describe(r2)
+					}
+				}
+				if err != nil {
+					t.Fatalf("after %s: %v", first, err)
+				}
+				want := `HTTP/1.1 200 framing=length=10 Content-Type="text/plain; charset=utf-8" Date=set X-Handler="1" body="ok /second"`
+				if hijack {
+					want = "tunnel got late bytes\n"
+				}
+				if next != want {
+					t.Errorf("after %s: got %q, want %q", first, next, want)
+				}
+			})
+		}
+	}
+}
+
 func TestConformanceShutdown(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	for _, s := range confServers {

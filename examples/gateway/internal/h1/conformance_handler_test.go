@@ -75,6 +75,21 @@ func confHandler(w http.ResponseWriter, r *http.Request) {
 	case "/read-partial": // reads 10 bytes of the body only
 		_, _ = io.CopyN(io.Discard, r.Body, 10)
 		_, _ = io.WriteString(w, "partial")
+	case "/early-cl": // a Content-Length set before a 103 is not sent with the 103
+		w.Header().Set("Content-Length", "4")
+		w.WriteHeader(http.StatusEarlyHints)
+		_, _ = io.WriteString(w, "done")
+	case "/early-then-read": // 103, then the body read (the 100 Continue after it), then 200
+		w.WriteHeader(http.StatusEarlyHints)
+		confEcho(w, r)
+	case "/manual-100": // the handler writes 100 itself, then reads
+		w.WriteHeader(http.StatusContinue)
+		confEcho(w, r)
+	case "/trailer-cl": // declared trailers with a Content-Length: no chunking, no trailers
+		w.Header().Set("Trailer", "X-T")
+		w.Header().Set("Content-Length", "4")
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-T", "t1")
 	case "/status-bad":
 		w.WriteHeader(1000)
 		_, _ = io.WriteString(w, "after a bad code")
