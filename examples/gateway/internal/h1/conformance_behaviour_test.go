@@ -127,7 +127,7 @@ func TestConformanceClientGonePipelined(t *testing.T) {
 					case <-r.Context().Done():
 						_, _ = io.WriteString(w, "cancelled")
 						return
-					case <-time.After(2 * s.clientGone):
+					case <-time.After(2 * h1ClientGone): // past h1's notice bound (net/http would cancel at once)
 					}
 				}
 				_, _ = io.WriteString(w, "ok "+r.URL.Path)
