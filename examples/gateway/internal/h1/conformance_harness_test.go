@@ -84,6 +84,16 @@ func startConf(t testing.TB, name string, mk func(confConfig) confServer, cfg co
 			}
 		case <-time.After(confDeadline):
 			t.Errorf("%s: Serve did not return after Close", name)
+			return
+		}
+		if w, ok := s.srv.(interface{ wait() }); ok {
+			waited := make(chan struct{})
+			go func() { w.wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(confDeadline):
+				t.Errorf("%s: connections still served %v after Close", name, confDeadline)
+			}
 		}
 	})
 	return s

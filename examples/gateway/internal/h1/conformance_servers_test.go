@@ -5,6 +5,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/agentserve/sessionaffinity/examples/gateway/internal/h1"
@@ -27,16 +28,37 @@ type confConfig struct {
 	ErrorLog          *log.Logger
 }
 
-// newStd builds the reference: net/http's own server.
+// newStd builds the reference: net/http's own server, its connections counted so
+// that a test can wait for their goroutines (net/http's Close does not; after a 431 or
+// a body too large one sleeps 500 ms before it closes, which goleak would report).
 func newStd(c confConfig) confServer {
-	return &http.Server{
+	s := &stdServer{}
+	s.Server = &http.Server{
 		Handler:           c.Handler,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    c.MaxHeaderBytes,
 		ErrorLog:          c.ErrorLog,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				s.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.conns.Done()
+			}
+		},
 	}
+	return s
 }
+
+// stdServer is net/http's server with its connections counted.
+type stdServer struct {
+	*http.Server
+	conns sync.WaitGroup
+}
+
+// wait returns once every connection's goroutine is done (after Serve returned).
+func (s *stdServer) wait() { s.conns.Wait() }
 
 // newH1 builds the server under test, ClientGoneAfter left at its default.
 func newH1(c confConfig) confServer {
