@@ -3,11 +3,15 @@ package h1_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
+	"time"
 )
 
 // confHandler is the handler both servers serve in the differential table. Every
@@ -90,6 +94,25 @@ func confHandler(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "4")
 		_, _ = io.WriteString(w, "body")
 		w.Header().Set("X-T", "t1")
+	case "/flush-then-read": // reads the body after the header went out (no full duplex)
+		_, _ = io.WriteString(w, "head ")
+		w.(http.Flusher).Flush()
+		body, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "read %q err=%v", body, err != nil)
+	case "/duplex": // the same with EnableFullDuplex
+		rc := http.NewResponseController(w)
+		fmt.Fprintf(w, "duplex=%v ", rc.EnableFullDuplex() == nil)
+		_ = rc.Flush()
+		body, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "read %q err=%v", body, err)
+	case "/read-deadline": // a past read deadline, then the body read
+		rc := http.NewResponseController(w)
+		set := rc.SetReadDeadline(time.Now().Add(-time.Second))
+		body, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "set=%v read %q timeout=%v ctx=%v", set, body, errors.Is(err, os.ErrDeadlineExceeded), r.Context().Err())
+	case "/write-deadline": // a write deadline in the future, then the body
+		set := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute))
+		fmt.Fprintf(w, "set=%v", set)
 	case "/status-bad":
 		w.WriteHeader(1000)
 		_, _ = io.WriteString(w, "after a bad code")
@@ -126,7 +149,7 @@ func confHandler(w http.ResponseWriter, r *http.Request) {
 
 // confEcho answers with what the handler saw: method, request URI, protocol, Host,
 // ContentLength, TransferEncoding, Close, the body (or its digest) and its read error,
-// the trailers, and the header names.
+// the trailers, the header, RemoteAddr's host, the context keys net/http sets, TLS.
 func confEcho(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	var b strings.Builder
@@ -149,6 +172,9 @@ func confEcho(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Strings(hs)
 	fmt.Fprintf(&b, " trailers=%v header=%v", tr, hs)
+	remote, _, _ := net.SplitHostPort(r.RemoteAddr)
+	fmt.Fprintf(&b, " remote=%s local-addr-key=%v server-key=%v tls=%v", remote,
+		r.Context().Value(http.LocalAddrContextKey) != nil, r.Context().Value(http.ServerContextKey) != nil, r.TLS != nil)
 	w.Header().Set("Content-Type", "text/plain")
 	_, _ = io.WriteString(w, b.String())
 }
