@@ -2,8 +2,10 @@ package h1_test
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -335,4 +337,46 @@ func matchLines(got, want, std []string) bool {
 		}
 	}
 	return true
+}
+
+// TestConformanceConcurrent runs the table's cases that end with the connection kept
+// (answers that do not depend on timing) from several goroutines at once against each
+// server: every answer must still be the one net/http gives to the case alone (a
+// buffer shared between connections, a pooled reader or writer reused too early, or a
+// data race under -race would show here).
+func TestConformanceConcurrent(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	cfg := confConfig{Handler: http.HandlerFunc(confHandler), MaxHeaderBytes: confMaxHeader}
+	std, dut := startPair(t, cfg)
+	var cases []confCase
+	var wants [][]string
+	for _, c := range confCases {
+		if c.h1 != nil {
+			continue
+		}
+		want := exchange(t, std.addr, c.x).lines
+		if want[len(want)-1] == "probe: served" {
+			cases, wants = append(cases, c), append(wants, want)
+		}
+	}
+	const workers, rounds = 4, 2
+	for _, s := range []*confServed{std, dut} {
+		t.Run(s.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			for g := range workers {
+				wg.Go(func() {
+					for r := range rounds {
+						for i := range cases {
+							k := (i + g*len(cases)/workers + r) % len(cases) // each worker starts elsewhere
+							if got := exchange(t, s.addr, cases[k].x).lines; !slices.Equal(got, wants[k]) {
+								t.Errorf("%s (worker %d, round %d): got\n\t%s\nwant\n\t%s", cases[k].name, g, r,
+									strings.Join(got, "\n\t"), strings.Join(wants[k], "\n\t"))
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
 }
