@@ -303,3 +303,31 @@ func reduce(b []byte) string {
 		out = append(out, describe(resp))
 	}
 }
+
+// TestConformancePanicLog: a handler panic is logged to ErrorLog with its value and a
+// stack; panic(http.ErrAbortHandler) is not logged; each server alike.
+func TestConformancePanicLog(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	for _, s := range confServers {
+		for _, tc := range []struct {
+			path   string
+			logged bool
+		}{{"/panic", true}, {"/abort", false}, {"/panic-after-flush", true}} {
+			t.Run(s.name+tc.path, func(t *testing.T) {
+				srv := startConf(t, s.name, s.mk, confConfig{Handler: http.HandlerFunc(confHandler)})
+				c := dialConf(t, srv.addr)
+				if _, err := io.WriteString(c, req("GET", tc.path)); err != nil {
+					t.Fatal(err)
+				}
+				readUntilClosed(t, c, c) // the server closes after the panic: the log is written by then
+				log := srv.log.String()
+				if got := strings.Contains(log, "conformance: handler panic") && strings.Contains(log, "goroutine "); got != tc.logged {
+					t.Errorf("panic value and stack logged: %v, want %v; log:\n%s", got, tc.logged, log)
+				}
+				if !tc.logged && log != "" {
+					t.Errorf("log %q, want nothing", log)
+				}
+			})
+		}
+	}
+}
