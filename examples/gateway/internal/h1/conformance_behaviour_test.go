@@ -2,7 +2,8 @@ package h1_test
 
 // Behaviour both servers must share that is not a byte diff: the request context
 // cancelled when the client leaves, Shutdown with idle and active connections, the
-// idle and header timeouts (Hijack and late bytes: conformance_hijack_test.go). Each
+// idle and header timeouts, panics logged (Shutdown and Close:
+// conformance_shutdown_test.go; Hijack and late bytes: conformance_hijack_test.go). Each
 // test runs once per server.
 
 import (
@@ -141,87 +142,6 @@ func TestConformanceClientGonePipelined(t *testing.T) {
 			}
 			if strings.Join(got.lines, "\n") != strings.Join(want, "\n") {
 				t.Errorf("got\n\t%s\nwant\n\t%s", strings.Join(got.lines, "\n\t"), strings.Join(want, "\n\t"))
-			}
-		})
-	}
-}
-
-func TestConformanceShutdown(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
-	for _, s := range confServers {
-		t.Run(s.name, func(t *testing.T) {
-			started, release := make(chan struct{}), make(chan struct{})
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("X-Handler", "1")
-				if r.URL.Path == "/block" {
-					close(started)
-					<-release
-				}
-				_, _ = io.WriteString(w, "ok")
-			})
-			srv := startConf(t, s.name, s.mk, confConfig{Handler: h})
-			idle, active := dialConf(t, srv.addr), dialConf(t, srv.addr)
-			idleR := bufio.NewReader(idle)
-			if _, err := io.WriteString(idle, get); err != nil {
-				t.Fatal(err)
-			}
-			if resp, err := http.ReadResponse(idleR, nil); err != nil {
-				t.Fatal(err)
-			} else {
-				_, _ = io.Copy(io.Discard, resp.Body)
-			}
-			if _, err := io.WriteString(active, req("GET", "/block")); err != nil {
-				t.Fatal(err)
-			}
-			<-started
-
-			shut := make(chan error, 1)
-			go func() { shut <- srv.srv.Shutdown(confContext(t)) }()
-			if b, _ := readUntilClosed(t, idle, idleR); len(b) != 0 {
-				t.Errorf("idle connection: read %q before the close, want nothing", b)
-			}
-			select {
-			case err := <-shut:
-				t.Fatalf("Shutdown returned %v with a request in flight", err)
-			default:
-			}
-			select {
-			case err := <-srv.done:
-				if !errors.Is(err, http.ErrServerClosed) {
-					t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
-				}
-				srv.done <- err // for the cleanup's check
-			case <-time.After(confDeadline):
-				t.Error("Serve did not return after Shutdown")
-			}
-			if c, err := net.DialTimeout("tcp", srv.addr, confDeadline); err == nil {
-				_ = c.SetDeadline(time.Now().Add(confDeadline))
-				_, _ = io.WriteString(c, get)
-				if b, _ := io.ReadAll(c); len(b) != 0 {
-					t.Errorf("a connection after Shutdown was answered: %q", b)
-				}
-				_ = c.Close()
-			}
-
-			close(release)
-			activeR := bufio.NewReader(active)
-			resp, err := http.ReadResponse(activeR, nil)
-			if err != nil {
-				t.Fatalf("active connection: %v, want its answer", err)
-			}
-			if got := describe(resp); !resp.Close || !strings.HasSuffix(got, `body="ok"`) {
-				t.Errorf("active connection: got %s (close %v), want the answer with Connection: close", got, resp.Close)
-			}
-			if b, _ := readUntilClosed(t, active, activeR); len(b) != 0 {
-				t.Errorf("active connection: read %q after its answer, want the close", b)
-			}
-			select {
-			case err := <-shut:
-				if err != nil {
-					t.Errorf("Shutdown = %v, want nil", err)
-				}
-			case <-time.After(confDeadline):
-				t.Error("Shutdown did not return after the last connection closed")
 			}
 		})
 	}
