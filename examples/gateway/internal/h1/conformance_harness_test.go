@@ -114,7 +114,6 @@ type confExchange struct {
 	writes  []string
 	finals  int      // 0 means 1
 	methods []string // per final answer; missing means GET
-	noProbe bool     // do not probe (the case leaves the server waiting on purpose)
 }
 
 // confResult is one server's answer to an exchange.
@@ -181,7 +180,6 @@ func exchange(t testing.TB, addr string, x confExchange) confResult {
 		}
 	}
 	switch {
-	case x.noProbe:
 	case closing: // the server said Connection: close: it must close
 		_ = c.SetReadDeadline(time.Now().Add(confDeadline))
 		if b, err := br.ReadByte(); err == nil {
