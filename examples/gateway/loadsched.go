@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -15,13 +17,25 @@ import (
 // The load scrape's bounds (load_report_seconds; decisions, documented in
 // docs/load-aware.md, "Load report scrapes"):
 const (
-	// scrapeWorkers scrape the backends whose last scrape succeeded and the new ones;
+	// The scrape workers, in three classes, 20 scrapes at most at once:
+	// scrapeWorkers scrape the backends whose last scrape succeeded;
 	// scrapeFailingWorkers those whose last scrape failed (an error, a timeout, a page
-	// without the gauges). 16 scrapes at most at once, and backends that fail (a port
-	// that accepts and never answers holds a worker for the whole health timeout) never
-	// take the workers of those that answer.
+	// without the gauges); scrapeNewWorkers those never scraped yet (added by a reload or
+	// at start, or whose URL changed). A backend that accepts and never answers holds a
+	// worker for a whole timeout, so neither a failing backend nor a new one ever takes
+	// the workers of the backends that answer (tester38 finding 2: 50 new hung backends
+	// held all 12 for a timeout each, and the others' scrapes stopped for ~7.5 s).
 	scrapeWorkers        = 12
 	scrapeFailingWorkers = 4
+	scrapeNewWorkers     = 4
+	// firstScrapeTimeout bounds a backend's first scrape (health.timeout_seconds if
+	// shorter): a page answers in milliseconds, and a batch of new backends that hang
+	// goes through the new workers at 4 per second, so a new backend that answers,
+	// queued behind H hung ones, gets its first report within ceil((H+1)/4) s (plus up to
+	// a tenth of an interval for the pass): 13 s behind 50, under the 3 intervals of
+	// staleness at 5 s. A first scrape that times out counts as failed: the failing
+	// workers retry it at its next interval, with the whole health timeout.
+	firstScrapeTimeout = time.Second
 	// scrapeWakes is how many times per interval the scrape loop looks for the backends
 	// due: each backend is scraped every load_report_seconds, up to a tenth later.
 	scrapeWakes = 10
@@ -50,10 +64,10 @@ const MetricLoadReportsStale = "agentserve_gateway_load_reports_stale"
 type loadScraper struct {
 	mu      sync.Mutex
 	byID    map[string]*scrapeEntry
-	sched   *affinity.Scheduler // the Scheduler the reports went to: a new one has none
-	queue   [2][]string         // due backends: [0] last scrape fine or none, [1] last one failed
-	wake    [2]chan struct{}    // a send per enqueue (buffered 1)
-	started bool                // the workers run (under Run)
+	sched   *affinity.Scheduler          // the Scheduler the reports went to: a new one has none
+	queue   [scrapeClasses][]string      // due backends, by class (classAnswering ...)
+	wake    [scrapeClasses]chan struct{} // a send per enqueue (buffered 1)
+	started bool                         // the workers run (under Run)
 
 	newStale []string              // to log (rate-limited)
 	ended    [endReasons][]string  // stale episodes ended, by why (loadstale.go), to log (rate-limited)
@@ -63,11 +77,23 @@ type loadScraper struct {
 	lastErr  map[string]string
 }
 
+// The scrape classes: each has its own queue and workers.
+const (
+	classAnswering = iota // the last scrape succeeded: scrapeWorkers
+	classFailing          // the last scrape failed: scrapeFailingWorkers
+	classNew              // never scraped: scrapeNewWorkers, firstScrapeTimeout
+	scrapeClasses
+)
+
+// classWorkers is the number of workers of each class.
+var classWorkers = [scrapeClasses]int{scrapeWorkers, scrapeFailingWorkers, scrapeNewWorkers}
+
 type scrapeEntry struct {
 	url     string
 	next    time.Time // due from then on
 	since   time.Time // last successful report, or when first seen or back from Down
 	failing bool      // the last scrape failed: the failing workers take it
+	scraped bool      // scraped at least once (else the new workers take it)
 	busy    bool      // queued or being scraped
 	down    bool      // Down at the last pass: not scraped, report cleared
 	stale   bool      // reported stale (Warn) and not fresh since
@@ -77,7 +103,9 @@ func (s *loadScraper) init() {
 	if s.byID == nil {
 		s.byID = make(map[string]*scrapeEntry)
 		s.lastErr = make(map[string]string)
-		s.wake = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
+		for c := range s.wake {
+			s.wake[c] = make(chan struct{}, 1)
+		}
 	}
 }
 
@@ -93,7 +121,7 @@ func (s *loadScraper) reset() (wasStale []string) {
 		}
 		s.drop(id, e)
 	}
-	s.queue = [2][]string{}
+	s.queue = [scrapeClasses][]string{}
 	s.newStale, s.ended = nil, [endReasons][]string{}
 	slices.Sort(wasStale)
 	return wasStale
@@ -118,7 +146,7 @@ func (g *Gateway) startScrapeWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	s.init()
 	s.started = true
-	for class, n := range [2]int{scrapeWorkers, scrapeFailingWorkers} {
+	for class, n := range classWorkers {
 		for range n {
 			wg.Go(func() { g.scrapeWorker(ctx, class) })
 		}
@@ -127,7 +155,7 @@ func (g *Gateway) startScrapeWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		<-ctx.Done()
 		s.mu.Lock()
 		s.started = false
-		s.queue = [2][]string{}
+		s.queue = [scrapeClasses][]string{}
 		for _, e := range s.byID {
 			e.busy = false
 		}
@@ -155,7 +183,7 @@ func (g *Gateway) scrapePass(rt *routing) {
 			s.drop(id, e)
 		}
 	}
-	queued := [2]bool{}
+	queued := [scrapeClasses]bool{}
 	for _, b := range rt.backends {
 		url := b.url.String()
 		e := s.byID[b.id]
@@ -183,10 +211,7 @@ func (g *Gateway) scrapePass(rt *routing) {
 		}
 		if !e.busy && !now.Before(e.next) && s.started {
 			e.busy, e.next = true, now.Add(every)
-			c := 0
-			if e.failing {
-				c = 1
-			}
+			c := e.class()
 			s.queue[c] = append(s.queue[c], b.id)
 			queued[c] = true
 		}
@@ -209,6 +234,17 @@ func (g *Gateway) scrapePass(rt *routing) {
 			"backends", stale[:min(len(stale), staleLogIDs)], "count", len(stale), "older_than", staleIntervals*every, "last_error", s.errorsOf(stale))
 	}
 	g.logStaleEnded(ended)
+}
+
+// class returns the workers' class that scrapes e.
+func (e *scrapeEntry) class() int {
+	switch {
+	case !e.scraped:
+		return classNew
+	case e.failing:
+		return classFailing
+	}
+	return classAnswering
 }
 
 // drop forgets a backend removed (or whose URL changed); a scrape in flight for it
@@ -253,12 +289,34 @@ func (g *Gateway) scrapeWorker(ctx context.Context, class int) {
 			s.mu.Unlock()
 			continue
 		}
-		l, err := g.scrapeLoad(ctx, b)
+		l, err := g.scrapeFirst(ctx, b, class)
 		if ctx.Err() != nil { // Run is over: the report is left as it was
 			return
 		}
 		g.recordScrape(b, l, err, true)
 	}
+}
+
+// scrapeFirst scrapes b, within firstScrapeTimeout (or the health timeout if shorter)
+// for the new workers' class.
+func (g *Gateway) scrapeFirst(ctx context.Context, b *backend, class int) (affinity.BackendLoad, error) {
+	if class != classNew {
+		return g.scrapeLoad(ctx, b)
+	}
+	d := g.opts.firstScrape
+	if d <= 0 {
+		d = firstScrapeTimeout
+	}
+	if t := g.checker.Timeout; t > 0 && t < d {
+		return g.scrapeLoad(ctx, b) // the health timeout is shorter
+	}
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	l, err := g.scrapeLoad(sctx, b)
+	if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("first scrape: no answer within %v", d)
+	}
+	return l, err
 }
 
 // recordScrape reports a scrape of b to the current Scheduler (a failed one clears the
@@ -280,7 +338,7 @@ func (g *Gateway) recordScrape(b *backend, l affinity.BackendLoad, err error, wo
 		if worker {
 			e.busy = false
 		}
-		e.failing = err != nil
+		e.failing, e.scraped = err != nil, true
 		if err == nil {
 			e.since = now
 			delete(s.lastErr, b.id)

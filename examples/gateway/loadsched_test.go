@@ -58,8 +58,8 @@ func newVLLMMetrics(t *testing.T, mode string) *vllmMetrics {
 
 // loadGateway runs a gateway with load reports every 5 s (health checks off, 60-s
 // scrape timeout) on a fake clock, its scrape passes driven by the returned ticks.
-// before runs ahead of Run.
-func loadGateway(t *testing.T, backends map[string]*vllmMetrics, order []string, before func(*gateway.Gateway)) (*gateway.Gateway, *affinitytest.Clock, chan time.Time, *syncBuffer, func(...string) gateway.Config) {
+// before runs ahead of Run; opts are passed to New after the test's own.
+func loadGateway(t *testing.T, backends map[string]*vllmMetrics, order []string, before func(*gateway.Gateway), opts ...gateway.Option) (*gateway.Gateway, *affinitytest.Clock, chan time.Time, *syncBuffer, func(...string) gateway.Config) {
 	t.Helper()
 	conf := func(ids ...string) gateway.Config {
 		var y strings.Builder
@@ -74,7 +74,7 @@ func loadGateway(t *testing.T, backends map[string]*vllmMetrics, order []string,
 	clk := affinitytest.NewClock(time.Unix(1_700_000_000, 0))
 	ticks := make(chan time.Time)
 	logger, logs := captureLogs()
-	g, err := gateway.New(conf(order...), gateway.WithClock(clk), gateway.WithLoadReportTicks(ticks), gateway.WithLogger(logger))
+	g, err := gateway.New(conf(order...), append([]gateway.Option{gateway.WithClock(clk), gateway.WithLoadReportTicks(ticks), gateway.WithLogger(logger)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
 	if before != nil {

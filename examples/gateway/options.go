@@ -23,6 +23,7 @@ type options struct {
 	sweepTicks   <-chan time.Time
 	loadTicks    <-chan time.Time
 	now          func() time.Time
+	firstScrape  time.Duration // the load scrape's first-scrape timeout (0: firstScrapeTimeout); tests
 }
 
 type optionFunc func(*options)
@@ -89,4 +90,10 @@ func WithClock(c affinity.Clock) Option {
 			o.schedOpts = append([]affinity.Option{affinity.WithClock(c)}, o.schedOpts...)
 		}
 	})
+}
+
+// withFirstScrapeTimeout sets the timeout of a backend's first load scrape (0: 1 s),
+// still capped by the health timeout (tests, export_test.go).
+func withFirstScrapeTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.firstScrape = d })
 }

@@ -1,0 +1,151 @@
+package gateway_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway"
+)
+
+// hungBackends returns n backends, hg-000 ..., on one server whose /<id>/metrics
+// accepts and never answers (until the request is cancelled), and a count of the
+// requests it got.
+func hungBackends(t *testing.T, bs map[string]*vllmMetrics, n int) (ids []string, hits *atomic.Int64) {
+	t.Helper()
+	hits = new(atomic.Int64)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // runs first: frees hung handlers before Close waits
+	for i := range n {
+		id := fmt.Sprintf("hg-%03d", i)
+		bs[id] = &vllmMetrics{url: srv.URL + "/" + id}
+		ids = append(ids, id)
+	}
+	return ids, hits
+}
+
+// answering adds n answering backends named prefix-0 ... to bs.
+func answering(t *testing.T, bs map[string]*vllmMetrics, prefix string, n int) (ids []string) {
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		bs[id] = newVLLMMetrics(t, "ok")
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func staleGauge(t *testing.T, g *gateway.Gateway) float64 {
+	t.Helper()
+	mfs, err := g.Registry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == gateway.MetricLoadReportsStale {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no " + gateway.MetricLoadReportsStale)
+	return 0
+}
+
+// A reload that adds 50 (or 300) backends that accept and never answer does not stall
+// the scrapes of the backends that answer: each is still scraped once per interval and
+// none goes stale (tester38 finding 2: the new backends, never scraped, took all 12
+// answering workers for a timeout each). The hung backends' scrapes use the default
+// first-scrape timeout (1 s) and a 60-s health timeout.
+func TestLoadScrapeNewHungBackendsDoNotStallOthers(t *testing.T) {
+	for _, hung := range []int{50, 300} {
+		t.Run(fmt.Sprint(hung), func(t *testing.T) {
+			bs := map[string]*vllmMetrics{}
+			ok := answering(t, bs, "ok", 20)
+			hg, _ := hungBackends(t, bs, hung)
+			g, clk, ticks, logs, conf := loadGateway(t, bs, ok, nil)
+			ticks <- clk.Now()
+			ticks <- clk.Now()
+			// scraped: each answering backend got n scrapes; a pass at the same time each
+			// poll queues one whose last scrape was not yet recorded at the last pass.
+			scraped := func(n int64) func() bool {
+				return func() bool {
+					ticks <- clk.Now()
+					for _, id := range ok {
+						if bs[id].hits.Load() != n {
+							return false
+						}
+					}
+					return true
+				}
+			}
+			require.Eventually(t, scraped(1), 5*time.Second, time.Millisecond)
+
+			clk.Advance(time.Second)
+			require.NoError(t, g.Reload(conf(append(hg, ok...)...))) // the hung ones queued first
+			// pass makes a pass d later, ended when pass returns.
+			pass := func(d time.Duration) {
+				clk.Advance(d)
+				ticks <- clk.Now()
+				ticks <- clk.Now()
+			}
+			for i := range 6 { // 30 s: past 3 intervals
+				pass(4 * time.Second)
+				pass(time.Second)
+				require.Eventually(t, scraped(int64(i+2)), 5*time.Second, time.Millisecond, "interval %d", i+1)
+			}
+			for _, id := range ok {
+				assert.Equal(t, int64(10), g.Scheduler().Load(id).Reported, id)
+			}
+			for _, w := range logLines(t, logs, "backend load reports stale") {
+				for _, id := range w["backends"].([]any) {
+					assert.True(t, strings.HasPrefix(id.(string), "hg-"), "%s went stale", id)
+				}
+			}
+			assert.Equal(t, float64(hung), staleGauge(t, g), "the hung backends, and only they, are stale")
+		})
+	}
+}
+
+// New backends that answer, added in one batch behind 50 (or 300) that hang, get their
+// first report within ceil((hung+1)/4) first-scrape timeouts of the reload, with no pass
+// needed (here a 20-ms first-scrape timeout and a 60-s health timeout; the bound is
+// checked loosely, 10 times over plus 5 s, as the machine is shared). Before, they waited
+// behind the hung ones on the 12 answering workers, a whole health timeout per 12.
+func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
+	const first = 20 * time.Millisecond
+	for _, hung := range []int{50, 300} {
+		t.Run(fmt.Sprint(hung), func(t *testing.T) {
+			bs := map[string]*vllmMetrics{}
+			ok := answering(t, bs, "ok", 4)
+			hg, hits := hungBackends(t, bs, hung)
+			nw := answering(t, bs, "nw", 10)
+			g, clk, ticks, logs, conf := loadGateway(t, bs, ok, nil, gateway.WithFirstScrapeTimeout(first))
+			ticks <- clk.Now()
+			for _, id := range ok {
+				require.Eventually(t, reported(g, id), 5*time.Second, time.Millisecond, id)
+			}
+
+			start := time.Now()
+			require.NoError(t, g.Reload(conf(append(append(ok, hg...), nw...)...))) // nw behind the hung ones
+			bound := time.Duration((hung+1+3)/4) * first
+			for _, id := range nw {
+				require.Eventually(t, reported(g, id), 10*bound+5*time.Second, time.Millisecond, id)
+			}
+			t.Logf("%d hung ahead: the last new report after %v (bound %v)", hung, time.Since(start), bound)
+			assert.Equal(t, int64(hung), hits.Load(), "each hung backend's first scrape ran once, and ended")
+			assert.Contains(t, logs.String(), "first scrape: no answer within 20ms")
+			assert.Zero(t, staleGauge(t, g))
+		})
+	}
+}
