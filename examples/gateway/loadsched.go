@@ -281,7 +281,10 @@ func (g *Gateway) scrapeWorker(ctx context.Context, class int) {
 		}
 		rt := g.state()
 		b := rt.byID[id]
-		if b == nil {
+		// Removed, or gone Down while queued (a batch of new backends that hang goes Down
+		// by the health checks while the new workers go through it): not scraped; the
+		// next pass sees it Down.
+		if b == nil || rt.sched.Health().State(id) == health.Down {
 			s.mu.Lock()
 			if e := s.byID[id]; e != nil {
 				e.busy = false

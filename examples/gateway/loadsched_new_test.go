@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,12 +17,13 @@ import (
 )
 
 // hungBackends returns n backends, hg-000 ..., on one server whose /<id>/metrics
-// accepts and never answers (until the request is cancelled), and a count of the
-// requests it got.
-func hungBackends(t *testing.T, bs map[string]*vllmMetrics, n int) (ids []string, hits *atomic.Int64) {
+// accepts and never answers (until the request is cancelled, or free is called: then
+// it answers an empty page at once), and a count of the requests it got.
+func hungBackends(t *testing.T, bs map[string]*vllmMetrics, n int) (ids []string, hits *atomic.Int64, free func()) {
 	t.Helper()
 	hits = new(atomic.Int64)
 	release := make(chan struct{})
+	free = sync.OnceFunc(func() { close(release) })
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		select {
@@ -30,13 +32,13 @@ func hungBackends(t *testing.T, bs map[string]*vllmMetrics, n int) (ids []string
 		}
 	}))
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { close(release) }) // runs first: frees hung handlers before Close waits
+	t.Cleanup(free) // runs first: frees hung handlers before Close waits
 	for i := range n {
 		id := fmt.Sprintf("hg-%03d", i)
 		bs[id] = &vllmMetrics{url: srv.URL + "/" + id}
 		ids = append(ids, id)
 	}
-	return ids, hits
+	return ids, hits, free
 }
 
 // answering adds n answering backends named prefix-0 ... to bs.
@@ -72,7 +74,7 @@ func TestLoadScrapeNewHungBackendsDoNotStallOthers(t *testing.T) {
 		t.Run(fmt.Sprint(hung), func(t *testing.T) {
 			bs := map[string]*vllmMetrics{}
 			ok := answering(t, bs, "ok", 20)
-			hg, _ := hungBackends(t, bs, hung)
+			hg, _, _ := hungBackends(t, bs, hung)
 			g, clk, ticks, logs, conf := loadGateway(t, bs, ok, nil)
 			ticks <- clk.Now()
 			ticks <- clk.Now()
@@ -128,7 +130,7 @@ func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 		t.Run(fmt.Sprint(hung), func(t *testing.T) {
 			bs := map[string]*vllmMetrics{}
 			ok := answering(t, bs, "ok", 4)
-			hg, hits := hungBackends(t, bs, hung)
+			hg, hits, _ := hungBackends(t, bs, hung)
 			nw := answering(t, bs, "nw", 10)
 			g, clk, ticks, logs, conf := loadGateway(t, bs, ok, nil, gateway.WithFirstScrapeTimeout(first))
 			ticks <- clk.Now()
@@ -148,4 +150,29 @@ func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 			assert.Zero(t, staleGauge(t, g))
 		})
 	}
+}
+
+// A queued backend that goes Down before a worker takes it is not scraped: a large batch
+// of new backends that hang, marked Down by the health checks while the 4 new workers
+// go through it at one per second each, no longer delays the new ones that answer
+// behind it.
+func TestLoadScrapeSkipsQueuedDown(t *testing.T) {
+	bs := map[string]*vllmMetrics{}
+	ok := answering(t, bs, "ok", 1)
+	hg, hits, free := hungBackends(t, bs, 50)
+	nw := answering(t, bs, "nw", 10)
+	g, clk, ticks, _, conf := loadGateway(t, bs, ok, nil, gateway.WithFirstScrapeTimeout(time.Hour)) // capped: 60 s
+	ticks <- clk.Now()
+	require.Eventually(t, reported(g, ok[0]), 5*time.Second, time.Millisecond)
+
+	require.NoError(t, g.Reload(conf(append(append(ok, hg...), nw...)...)))
+	require.Eventually(t, func() bool { return hits.Load() == 4 }, 5*time.Second, time.Millisecond, "the 4 new workers hold hung backends")
+	for _, id := range hg {
+		g.Scheduler().OnBackendDown(id)
+	}
+	free() // the 4 scrapes in flight end
+	for _, id := range nw {
+		require.Eventually(t, reported(g, id), 5*time.Second, time.Millisecond, id)
+	}
+	assert.Equal(t, int64(4), hits.Load(), "the 46 queued behind them, Down by then, were not scraped")
 }
