@@ -369,7 +369,8 @@
 // ejection broke the binding). With load_report_seconds > 0, [Gateway.Run] also reads each backend's
 // vLLM queue gauges (as [Gateway.ReportLoads] does), each backend on its own schedule,
 // at most 20 at once (12 for the backends that answer, 4 for those that fail, 4 for
-// first scrapes, which time out after 1 s), Down backends skipped, schedules and reports kept across reloads,
+// first scrapes, which time out after 1 s and may take 4 idle answering workers too),
+// Down backends skipped, schedules and reports kept across reloads,
 // and a report older than 3 intervals logged at Warn and counted by
 // [MetricLoadReportsStale] (docs/load-aware.md, "Load report scrapes"). A lease belongs to the Scheduler that made
 // it: after a reload that replaces the Scheduler (a changed affinity block), requests

@@ -17,24 +17,33 @@ import (
 // The load scrape's bounds (load_report_seconds; decisions, documented in
 // docs/load-aware.md, "Load report scrapes"):
 const (
-	// The scrape workers, in three classes, 20 scrapes at most at once:
+	// The scrape workers, in three classes, 20 scrapes at most at once (12 + 4 + 4):
 	// scrapeWorkers scrape the backends whose last scrape succeeded;
 	// scrapeFailingWorkers those whose last scrape failed (an error, a timeout, a page
 	// without the gauges); scrapeNewWorkers those never scraped yet (added by a reload or
 	// at start, or whose URL changed). A backend that accepts and never answers holds a
-	// worker for a whole timeout, so neither a failing backend nor a new one ever takes
-	// the workers of the backends that answer (tester38 finding 2: 50 new hung backends
-	// held all 12 for a timeout each, and the others' scrapes stopped for ~7.5 s).
+	// worker for a whole timeout, so a failing backend never takes the workers of the
+	// backends that answer, and a new one at most 4 of them (scrapeBorrow), for 1 s
+	// (tester38 finding 2: 50 new hung backends held all 12 for a timeout each, and the
+	// others' scrapes stopped for ~7.5 s).
 	scrapeWorkers        = 12
 	scrapeFailingWorkers = 4
 	scrapeNewWorkers     = 4
+	// scrapeBorrow: besides their own, first scrapes may take up to this many of the
+	// answering workers, when those have no backend that answered waiting (their queue
+	// is empty): 8 first scrapes at once at most, and 8 answering workers always left to
+	// the backends that answer. A large batch of new backends that answer (all of them
+	// at start) is scraped 8 at a time, not 4.
+	scrapeBorrow = 4
 	// firstScrapeTimeout bounds a backend's first scrape (health.timeout_seconds if
 	// shorter): a page answers in milliseconds, and a batch of new backends that hang
-	// goes through the new workers at 4 per second, so a new backend that answers,
-	// queued behind H hung ones, gets its first report within ceil((H+1)/4) s (plus up to
-	// a tenth of an interval for the pass): 13 s behind 50, under the 3 intervals of
-	// staleness at 5 s. A first scrape that times out counts as failed: the failing
-	// workers retry it at its next interval, with the whole health timeout.
+	// goes through at 4 per second at least (8 when the answering workers are idle), so a
+	// new backend that answers, queued behind H hung ones, gets its first report within
+	// ceil((H+1)/4) s (ceil((H+1)/8) s with idle answering workers; plus the scrapes' own
+	// time, and up to a tenth of an interval for the pass): 13 s (7 s) behind 50, under
+	// the 3 intervals of staleness at 5 s. A first scrape that times out counts as
+	// failed: the failing workers retry it at its next interval, with the whole health
+	// timeout.
 	firstScrapeTimeout = time.Second
 	// scrapeWakes is how many times per interval the scrape loop looks for the backends
 	// due: each backend is scraped every load_report_seconds, up to a tenth later.
@@ -62,12 +71,13 @@ const MetricLoadReportsStale = "agentserve_gateway_load_reports_stale"
 // schedule and the age of its report. Backends are keyed by ID; a changed URL starts
 // afresh.
 type loadScraper struct {
-	mu      sync.Mutex
-	byID    map[string]*scrapeEntry
-	sched   *affinity.Scheduler          // the Scheduler the reports went to: a new one has none
-	queue   [scrapeClasses][]string      // due backends, by class (classAnswering ...)
-	wake    [scrapeClasses]chan struct{} // a send per enqueue (buffered 1)
-	started bool                         // the workers run (under Run)
+	mu       sync.Mutex
+	byID     map[string]*scrapeEntry
+	sched    *affinity.Scheduler          // the Scheduler the reports went to: a new one has none
+	queue    [scrapeClasses][]string      // due backends, by class (classAnswering ...)
+	wake     [scrapeClasses]chan struct{} // a send per enqueue (buffered 1)
+	started  bool                         // the workers run (under Run)
+	borrowed int                          // answering workers on a first scrape (scrapeBorrow at most)
 
 	newStale []string              // to log (rate-limited)
 	ended    [endReasons][]string  // stale episodes ended, by why (loadstale.go), to log (rate-limited)
@@ -145,7 +155,7 @@ func (g *Gateway) startScrapeWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	s.init()
-	s.started = true
+	s.started, s.borrowed = true, 0
 	for class, n := range classWorkers {
 		for range n {
 			wg.Go(func() { g.scrapeWorker(ctx, class) })
@@ -218,12 +228,12 @@ func (g *Gateway) scrapePass(rt *routing) {
 	}
 	stale, ended := s.takeLogs(now, every)
 	s.mu.Unlock()
+	if queued[classNew] { // idle answering workers may take them too
+		queued[classAnswering] = true
+	}
 	for c, q := range queued {
 		if q {
-			select {
-			case s.wake[c] <- struct{}{}:
-			default:
-			}
+			s.signal(c)
 		}
 	}
 	for _, id := range clear {
@@ -255,21 +265,49 @@ func (s *loadScraper) drop(id string, e *scrapeEntry) {
 	delete(s.lastErr, id)
 }
 
-// scrapeWorker scrapes the backends of its class's queue until ctx is done.
+// signal wakes a worker of class (if none is awake to look already).
+func (s *loadScraper) signal(class int) {
+	select {
+	case s.wake[class] <- struct{}{}:
+	default:
+	}
+}
+
+// ready reports whether a worker of class has a backend to take. Under s.mu.
+func (s *loadScraper) ready(class int) bool {
+	return len(s.queue[class]) > 0 ||
+		class == classAnswering && len(s.queue[classNew]) > 0 && s.borrowed < scrapeBorrow
+}
+
+// take returns the next backend for a worker of class, and the class of its scrape: its
+// own queue first, then, for an answering worker, a new backend if fewer than
+// scrapeBorrow answering workers are on one ("" if none). It passes the wake-up on if
+// more is ready. Under s.mu.
+func (s *loadScraper) take(class int) (id string, as int) {
+	switch {
+	case len(s.queue[class]) > 0:
+		id, as = s.queue[class][0], class
+		s.queue[class] = s.queue[class][1:]
+	case s.ready(class): // borrowed
+		id, as = s.queue[classNew][0], classNew
+		s.queue[classNew] = s.queue[classNew][1:]
+		s.borrowed++
+	default:
+		return "", class
+	}
+	if s.ready(class) {
+		s.signal(class)
+	}
+	return id, as
+}
+
+// scrapeWorker scrapes the backends of its class's queue (and, answering, some of the
+// new ones: take) until ctx is done.
 func (g *Gateway) scrapeWorker(ctx context.Context, class int) {
 	s := &g.scrape
 	for {
 		s.mu.Lock()
-		var id string
-		if q := s.queue[class]; len(q) > 0 {
-			id, s.queue[class] = q[0], q[1:]
-			if len(s.queue[class]) > 0 { // pass the wake-up on
-				select {
-				case s.wake[class] <- struct{}{}:
-				default:
-				}
-			}
-		}
+		id, as := s.take(class)
 		s.mu.Unlock()
 		if id == "" {
 			select {
@@ -279,25 +317,40 @@ func (g *Gateway) scrapeWorker(ctx context.Context, class int) {
 				continue
 			}
 		}
-		rt := g.state()
-		b := rt.byID[id]
-		// Removed, or gone Down while queued (a batch of new backends that hang goes Down
-		// by the health checks while the new workers go through it): not scraped; the
-		// next pass sees it Down.
-		if b == nil || rt.sched.Health().State(id) == health.Down {
-			s.mu.Lock()
-			if e := s.byID[id]; e != nil {
-				e.busy = false
-			}
-			s.mu.Unlock()
-			continue
-		}
-		l, err := g.scrapeFirst(ctx, b, class)
-		if ctx.Err() != nil { // Run is over: the report is left as it was
+		if g.scrapeOne(ctx, id, as) != nil { // Run is over
 			return
 		}
-		g.recordScrape(b, l, err, true)
+		if as != class {
+			s.mu.Lock()
+			s.borrowed = max(s.borrowed-1, 0) // 0 again at the next Run
+			s.mu.Unlock()
+		}
 	}
+}
+
+// scrapeOne scrapes the backend id (queued for a scrape of class as) and records it;
+// it returns ctx's error if Run ended meanwhile (the report is left as it was).
+func (g *Gateway) scrapeOne(ctx context.Context, id string, as int) error {
+	s := &g.scrape
+	rt := g.state()
+	b := rt.byID[id]
+	// Removed, or gone Down while queued (a batch of new backends that hang goes Down
+	// by the health checks while the new workers go through it): not scraped; the
+	// next pass sees it Down.
+	if b == nil || rt.sched.Health().State(id) == health.Down {
+		s.mu.Lock()
+		if e := s.byID[id]; e != nil {
+			e.busy = false
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	l, err := g.scrapeFirst(ctx, b, as)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	g.recordScrape(b, l, err, true)
+	return nil
 }
 
 // scrapeFirst scrapes b, within firstScrapeTimeout (or the health timeout if shorter)

@@ -120,10 +120,11 @@ func TestLoadScrapeNewHungBackendsDoNotStallOthers(t *testing.T) {
 }
 
 // New backends that answer, added in one batch behind 50 (or 300) that hang, get their
-// first report within ceil((hung+1)/4) first-scrape timeouts of the reload, with no pass
-// needed (here a 20-ms first-scrape timeout and a 60-s health timeout; the bound is
-// checked loosely, 10 times over plus 5 s, as the machine is shared). Before, they waited
-// behind the hung ones on the 12 answering workers, a whole health timeout per 12.
+// first report within ceil((hung+1)/4) first-scrape timeouts of the reload (ceil(/8)
+// here, the answering workers being idle), with no pass needed (here a 20-ms first-scrape
+// timeout and a 60-s health timeout; the bound is checked loosely, 10 times over plus
+// 5 s, as the machine is shared). Before, they waited behind the hung ones on the 12
+// answering workers, a whole health timeout per 12.
 func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 	const first = 20 * time.Millisecond
 	for _, hung := range []int{50, 300} {
@@ -144,7 +145,7 @@ func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 			for _, id := range nw {
 				require.Eventually(t, reported(g, id), 10*bound+5*time.Second, time.Millisecond, id)
 			}
-			t.Logf("%d hung ahead: the last new report after %v (bound %v)", hung, time.Since(start), bound)
+			t.Logf("%d hung ahead: the last new report after %v (bound %v, %v with 8 workers)", hung, time.Since(start), bound, time.Duration((hung+1+7)/8)*first)
 			assert.Equal(t, int64(hung), hits.Load(), "each hung backend's first scrape ran once, and ended")
 			assert.Contains(t, logs.String(), "first scrape: no answer within 20ms")
 			assert.Zero(t, staleGauge(t, g))
@@ -153,9 +154,9 @@ func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 }
 
 // A queued backend that goes Down before a worker takes it is not scraped: a large batch
-// of new backends that hang, marked Down by the health checks while the 4 new workers
-// go through it at one per second each, no longer delays the new ones that answer
-// behind it.
+// of new backends that hang, marked Down by the health checks while the first-scrape
+// workers go through it at one per second each, no longer delays the new ones that
+// answer behind it.
 func TestLoadScrapeSkipsQueuedDown(t *testing.T) {
 	bs := map[string]*vllmMetrics{}
 	ok := answering(t, bs, "ok", 1)
@@ -166,13 +167,45 @@ func TestLoadScrapeSkipsQueuedDown(t *testing.T) {
 	require.Eventually(t, reported(g, ok[0]), 5*time.Second, time.Millisecond)
 
 	require.NoError(t, g.Reload(conf(append(append(ok, hg...), nw...)...)))
-	require.Eventually(t, func() bool { return hits.Load() == 4 }, 5*time.Second, time.Millisecond, "the 4 new workers hold hung backends")
+	require.Eventually(t, func() bool { return hits.Load() == 8 }, 5*time.Second, time.Millisecond, "8 workers hold hung backends")
 	for _, id := range hg {
 		g.Scheduler().OnBackendDown(id)
 	}
-	free() // the 4 scrapes in flight end
+	free() // the 8 scrapes in flight end
 	for _, id := range nw {
 		require.Eventually(t, reported(g, id), 5*time.Second, time.Millisecond, id)
 	}
-	assert.Equal(t, int64(4), hits.Load(), "the 46 queued behind them, Down by then, were not scraped")
+	assert.Equal(t, int64(8), hits.Load(), "the 42 queued behind them, Down by then, were not scraped")
+}
+
+// First scrapes take, besides their own 4 workers, at most 4 of the 12 answering ones,
+// when those are idle: 12 new backends that hang hold 8 workers (not 4, nor 12), and
+// the backends that answer are still scraped on time by the 8 left.
+func TestLoadScrapeNewBorrowsAtMostFour(t *testing.T) {
+	bs := map[string]*vllmMetrics{}
+	ok := answering(t, bs, "ok", 20)
+	hg, hits, _ := hungBackends(t, bs, 12)
+	nw := answering(t, bs, "nw", 1)
+	g, clk, ticks, _, conf := loadGateway(t, bs, ok, nil, gateway.WithFirstScrapeTimeout(time.Hour)) // capped: 60 s
+	ticks <- clk.Now()
+	ticks <- clk.Now()
+	for _, id := range ok {
+		require.Eventually(t, reported(g, id), 5*time.Second, time.Millisecond, id)
+	}
+
+	clk.Advance(time.Second)
+	require.NoError(t, g.Reload(conf(append(append(ok, hg...), nw...)...)))
+	require.Eventually(t, func() bool { return hits.Load() == 8 }, 5*time.Second, time.Millisecond, "4 new workers and 4 answering ones")
+	clk.Advance(4 * time.Second) // the answering backends are due
+	require.Eventually(t, func() bool {
+		ticks <- clk.Now()
+		for _, id := range ok {
+			if bs[id].hits.Load() != 2 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int64(8), hits.Load(), "no more than 4 answering workers on first scrapes")
+	assert.Zero(t, bs[nw[0]].hits.Load(), "behind the hung ones")
 }
