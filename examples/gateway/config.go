@@ -194,8 +194,8 @@ type Config struct {
 	// LoadReportSeconds is how often [Gateway.Run] reads each backend's /metrics
 	// (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc)
 	// and reports it to the scheduler (affinity.Scheduler.ReportLoad), in seconds: each
-	// backend not Down on a schedule of its own, at most 20 scrapes at once (of which 4
-	// first scrapes, 1 s at most), schedules and reports kept across reloads (docs/load-aware.md, "Load report scrapes"). 0 (the
+	// backend not Down on a schedule of its own, at most 20 scrapes at once (first scrapes:
+	// 1 s, at most 8 at once), schedules and reports kept across reloads (docs/load-aware.md, "Load report scrapes"). 0 (the
 	// default) turns it off; anything but 0 or 0.001..1e6 is [ErrLoadReportInterval]. Reloadable.
 	LoadReportSeconds float64 `yaml:"load_report_seconds"`
 	// Metrics selects the metrics exporter behind /metrics (see [MetricsConfig]).
