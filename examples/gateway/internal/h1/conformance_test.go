@@ -163,8 +163,14 @@ var confCases = []confCase{
 		x: one(req("POST", "/", "Expect: something\r\nContent-Length: 4\r\n") + "data")},
 
 	// Smuggling and request-line shapes.
-	{name: "cl-and-te", what: "Content-Length and Transfer-Encoding: chunked together",
-		x: one(req("POST", "/", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n")},
+	{name: "cl-and-te", what: "Content-Length and Transfer-Encoding: chunked together: framed by the chunks",
+		x:   one(req("POST", "/", "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n"),
+		h1:  []string{"=", "after close: closed"},
+		why: "h1 doc: answered as net/http answers it, then the connection is closed (RFC 9112 section 6.1); net/http keeps it open"},
+	{name: "cl-and-te-pipelined", what: "Content-Length and Transfer-Encoding, then a pipelined request",
+		x:   one(req("POST", "/", "Transfer-Encoding: chunked\r\ncontent-length:  4\r\n") + "5\r\nhello\r\n0\r\n\r\n" + get),
+		h1:  []string{"=", "after close: closed"},
+		why: "h1 doc: the request after one with both framing headers is not served (RFC 9112 section 6.1)"},
 	{name: "two-cl-differ", what: "two Content-Length values that differ: 400",
 		x: one(req("POST", "/", "Content-Length: 3\r\nContent-Length: 4\r\n") + "abcd")},
 	{name: "cl-plus-sign", what: "Content-Length: +3: 400", x: one(req("POST", "/", "Content-Length: +3\r\n") + "abc")},

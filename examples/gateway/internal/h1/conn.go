@@ -238,6 +238,12 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	if c.h2Preface {
 		w.closeAfterReply = true
 	}
+	if c.scan.lengths > 0 && len(r.TransferEncoding) > 0 {
+		// Content-Length and Transfer-Encoding both: framed by the latter (as net/http
+		// does), answered, then the connection closed, as RFC 9112 section 6.1 requires of
+		// a server (net/http's own server keeps it open).
+		w.closeAfterReply = true
+	}
 	h := srv.handler()
 	if r.RequestURI == "*" && r.Method == "OPTIONS" {
 		h = http.HandlerFunc(globalOptions)

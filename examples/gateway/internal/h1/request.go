@@ -42,19 +42,24 @@ func isH2Preface(r *http.Request) bool {
 }
 
 // hostScan finds the Host header lines in a request's raw header as it is read
-// (http.ReadRequest removes them from the Header): their count and the first's value.
+// (http.ReadRequest removes them from the Header): their count and the first's value;
+// and it counts the Content-Length lines, which http.ReadRequest also removes when the
+// body is chunked (a request with both is answered, then its connection closed: RFC
+// 9112 section 6.1).
 type hostScan struct {
 	done     bool
 	prevHost bool // the line before was the first Host line (or its continuation)
 	hosts    int
+	lengths  int  // Content-Length lines
 	line     int  // bytes of the current line, CR excluded
 	match    int  // bytes of "host:" matched at the line's start; -1: not a Host line
+	clMatch  int  // bytes of "content-length:" matched at the line's start; -1: not one
 	inValue  bool // in a Host line's value
 	value    []byte
 }
 
 func (s *hostScan) reset() {
-	s.done, s.prevHost, s.hosts, s.line, s.match, s.inValue = false, false, 0, 0, 0, false
+	s.done, s.prevHost, s.hosts, s.lengths, s.line, s.match, s.clMatch, s.inValue = false, false, 0, 0, 0, 0, 0, false
 	s.value = s.value[:0]
 }
 
@@ -71,7 +76,7 @@ func (s *hostScan) host() string {
 }
 
 func (s *hostScan) feed(p []byte) {
-	const name = "host:"
+	const name, clName = "host:", "content-length:"
 	for _, b := range p {
 		if s.done {
 			return
@@ -83,7 +88,7 @@ func (s *hostScan) feed(p []byte) {
 				return
 			}
 			s.prevHost = s.inValue && s.hosts == 1
-			s.line, s.match, s.inValue = 0, 0, false
+			s.line, s.match, s.clMatch, s.inValue = 0, 0, 0, false
 			continue
 		case b == '\r':
 			continue
@@ -95,6 +100,17 @@ func (s *hostScan) feed(p []byte) {
 		}
 		if s.line == 0 {
 			s.prevHost = false
+		}
+		if s.clMatch >= 0 && !s.inValue {
+			if s.clMatch < len(clName) && lower(b) == clName[s.clMatch] {
+				s.clMatch++
+				if s.clMatch == len(clName) {
+					s.lengths++
+					s.clMatch = -1
+				}
+			} else {
+				s.clMatch = -1
+			}
 		}
 		if s.inValue {
 			if s.hosts == 1 {
