@@ -48,7 +48,14 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// The route may outlive the request (an idle backend connection of the net/http
 		// client keeps its last request's context); the client's writer must not.
 		w.ResponseWriter = nil
-		rt.unpin() // last: no lease is taken after this (pin)
+		rt.unpin() // no lease is taken after this (pin)
+		// Nothing answered and the client's context ended (the client left, or half-closed
+		// its connection, which both servers take for leaving): abort rather than return,
+		// or the server would send an empty 200 OK for a request nobody served
+		// (tester39). Counted as client_closed above.
+		if w.code == 0 && r.Context().Err() != nil {
+			panic(http.ErrAbortHandler)
+		}
 	}()
 	defer func() {
 		st.releaseBody()
