@@ -19,7 +19,9 @@ import (
 // when it arrives and applies no stream-idle bound to the tunnel (a tunnel may idle
 // legitimately for as long as its ends want), and the lease, released when the tunnel
 // closes. A tunnel holds its max_inflight_requests slot and its lease while it is open;
-// it ends when either end closes it, or when [Gateway.Serve]'s drain is over.
+// it ends when either end closes it, or when [Gateway.Serve]'s drain is over. Bytes the
+// client sends in the same write as its Upgrade request reach the backend first
+// (earlyBytesConn).
 
 // tunnelBody is the body of a 101 response: the upgraded backend connection, readable
 // and writable, whose Close runs done once after closing it.
@@ -78,5 +80,29 @@ func (w *outcomeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.Close()
 		return nil, nil, err
 	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the client sent right after its Upgrade request, read by the server
+		// with it: httputil.ReverseProxy copies from the connection, not from brw, so
+		// they are handed over first (tester40).
+		c = &earlyBytesConn{Conn: c, r: io.MultiReader(io.LimitReader(brw.Reader, int64(n)), c)}
+	}
 	return c, brw, nil
+}
+
+// earlyBytesConn is a hijacked client connection whose reads return first the bytes the
+// server had already buffered past the request, then the connection's.
+type earlyBytesConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *earlyBytesConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite half-closes the connection when it can (httputil.ReverseProxy passes a
+// client's end of stream on to the backend with it).
+func (c *earlyBytesConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }

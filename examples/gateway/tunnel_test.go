@@ -101,6 +101,33 @@ func TestUpgradeTunnel(t *testing.T) {
 	}
 }
 
+// Bytes a client sends in the same write as its Upgrade request (before the 101) reach
+// the backend through the tunnel: the server has read them with the request, and the
+// ReverseProxy copies from the hijacked connection only (tester40).
+func TestUpgradeTunnelEarlyBytes(t *testing.T) {
+	eachServer(t, func(t *testing.T, server string) {
+		backend := echoUpgradeServer(t)
+		srv := serveGatewayOn(t, server, gateway.BackendClientDirect, backend.URL)
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n"+
+			"X-Session-ID: s1\r\n\r\nEARLY")
+		require.NoError(t, err)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		_, err = io.WriteString(conn, "+late")
+		require.NoError(t, err)
+		got := make([]byte, len("EARLY+late"))
+		_, err = io.ReadFull(br, got)
+		require.NoError(t, err, "echoed so far: %q", got)
+		assert.Equal(t, "EARLY+late", string(got))
+	})
+}
+
 // Serve closes the upgrade tunnels still open when its drain is over (Shutdown does not
 // track hijacked connections).
 func TestServeClosesTunnels(t *testing.T) {
