@@ -193,6 +193,12 @@ var confCases = []confCase{
 	{name: "te-gzip", what: "Transfer-Encoding: gzip: 501", x: one(req("POST", "/", "Transfer-Encoding: gzip\r\n") + "abc")},
 	{name: "te-http10", what: "Transfer-Encoding: chunked on HTTP/1.0",
 		x: one("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")},
+	{name: "te-http10-keepalive", what: "HTTP/1.0 keep-alive with Transfer-Encoding and Content-Length, then a pipelined request",
+		x: one("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello" + get),
+		h1: []string{`HTTP/1.0 200 framing=length=192 Content-Type="text/plain" Date=set X-Handler="1" body="POST / HTTP/1.0 *`,
+			"after close: closed"},
+		why: "h1 doc: an HTTP/1.0 request with a Transfer-Encoding is answered (without Connection: keep-alive), then the " +
+			"connection closed (RFC 9112 section 6.1); net/http keeps it"},
 	{name: "chunk-size-bad", what: "a chunk size that is not hex",
 		x: one(req("POST", "/", "Transfer-Encoding: chunked\r\n") + "zz\r\nhello\r\n0\r\n\r\n" + get)},
 	{name: "chunk-size-overflow", what: "a chunk size that overflows 64 bits",

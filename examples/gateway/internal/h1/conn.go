@@ -238,10 +238,11 @@ func (c *conn) serveRequest(req *http.Request) bool {
 	if c.h2Preface {
 		w.closeAfterReply = true
 	}
-	if c.scan.lengths > 0 && len(r.TransferEncoding) > 0 {
-		// Content-Length and Transfer-Encoding both: framed by the latter (as net/http
-		// does), answered, then the connection closed, as RFC 9112 section 6.1 requires of
-		// a server (net/http's own server keeps it open).
+	if c.scan.lengths > 0 && len(r.TransferEncoding) > 0 || c.scan.encs > 0 && !r.ProtoAtLeast(1, 1) {
+		// Content-Length and Transfer-Encoding both (framed by the latter, as net/http
+		// does), or Transfer-Encoding on HTTP/1.0 (faulty framing: http.ReadRequest
+		// ignores it): answered, then the connection closed, as RFC 9112 section 6.1
+		// requires of a server (net/http's own server keeps it open).
 		w.closeAfterReply = true
 	}
 	h := srv.handler()

@@ -30,8 +30,10 @@
 //     connection is closed.
 //   - Content-Length and Transfer-Encoding together: framed by the Transfer-Encoding
 //     (http.ReadRequest drops the Content-Length), answered, then the connection is
-//     closed, as RFC 9112 section 6.1 requires of a server. Decision: net/http keeps
-//     such a connection open; here the bytes after the request are never served.
+//     closed, as RFC 9112 section 6.1 requires of a server; so is an HTTP/1.0 request
+//     with a Transfer-Encoding (which http.ReadRequest ignores: framed by its
+//     Content-Length, or without a body). Decision: net/http keeps such connections
+//     open; here the bytes after the request are never served.
 //   - Expect: 100-continue on HTTP/1.1 with a body: "100 Continue" is written at the
 //     body's first read (not after a final response); any other Expect value: 417
 //     Expectation Failed and the connection closed.

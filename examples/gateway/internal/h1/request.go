@@ -44,22 +44,25 @@ func isH2Preface(r *http.Request) bool {
 // hostScan finds the Host header lines in a request's raw header as it is read
 // (http.ReadRequest removes them from the Header): their count and the first's value;
 // and it counts the Content-Length lines, which http.ReadRequest also removes when the
-// body is chunked (a request with both is answered, then its connection closed: RFC
-// 9112 section 6.1).
+// body is chunked, and the Transfer-Encoding lines, which it removes (and ignores) on
+// HTTP/1.0: a request with both, or an HTTP/1.0 one with Transfer-Encoding, is
+// answered, then its connection closed (RFC 9112 section 6.1).
 type hostScan struct {
 	done     bool
 	prevHost bool // the line before was the first Host line (or its continuation)
 	hosts    int
 	lengths  int  // Content-Length lines
+	encs     int  // Transfer-Encoding lines
 	line     int  // bytes of the current line, CR excluded
 	match    int  // bytes of "host:" matched at the line's start; -1: not a Host line
 	clMatch  int  // bytes of "content-length:" matched at the line's start; -1: not one
+	teMatch  int  // bytes of "transfer-encoding:" matched at the line's start; -1: not one
 	inValue  bool // in a Host line's value
 	value    []byte
 }
 
 func (s *hostScan) reset() {
-	s.done, s.prevHost, s.hosts, s.lengths, s.line, s.match, s.clMatch, s.inValue = false, false, 0, 0, 0, 0, 0, false
+	s.done, s.prevHost, s.hosts, s.lengths, s.encs, s.line, s.match, s.clMatch, s.teMatch, s.inValue = false, false, 0, 0, 0, 0, 0, 0, 0, false
 	s.value = s.value[:0]
 }
 
@@ -76,7 +79,7 @@ func (s *hostScan) host() string {
 }
 
 func (s *hostScan) feed(p []byte) {
-	const name, clName = "host:", "content-length:"
+	const name, clName, teName = "host:", "content-length:", "transfer-encoding:"
 	for _, b := range p {
 		if s.done {
 			return
@@ -88,7 +91,7 @@ func (s *hostScan) feed(p []byte) {
 				return
 			}
 			s.prevHost = s.inValue && s.hosts == 1
-			s.line, s.match, s.clMatch, s.inValue = 0, 0, 0, false
+			s.line, s.match, s.clMatch, s.teMatch, s.inValue = 0, 0, 0, 0, false
 			continue
 		case b == '\r':
 			continue
@@ -101,16 +104,9 @@ func (s *hostScan) feed(p []byte) {
 		if s.line == 0 {
 			s.prevHost = false
 		}
-		if s.clMatch >= 0 && !s.inValue {
-			if s.clMatch < len(clName) && lower(b) == clName[s.clMatch] {
-				s.clMatch++
-				if s.clMatch == len(clName) {
-					s.lengths++
-					s.clMatch = -1
-				}
-			} else {
-				s.clMatch = -1
-			}
+		if !s.inValue {
+			s.lengths += matchName(&s.clMatch, clName, b)
+			s.encs += matchName(&s.teMatch, teName, b)
 		}
 		if s.inValue {
 			if s.hosts == 1 {
@@ -129,6 +125,24 @@ func (s *hostScan) feed(p []byte) {
 		}
 		s.line++
 	}
+}
+
+// matchName advances *m, the bytes of name matched at a line's start (-1: no match),
+// by b; it returns 1 when b completes name.
+func matchName(m *int, name string, b byte) int {
+	if *m < 0 {
+		return 0
+	}
+	if *m < len(name) && lower(b) == name[*m] {
+		*m++
+		if *m == len(name) {
+			*m = -1
+			return 1
+		}
+		return 0
+	}
+	*m = -1
+	return 0
 }
 
 func lower(b byte) byte {
