@@ -170,6 +170,23 @@ func (d *shutdownDrain) waitHandlers(bound time.Duration) int64 {
 	}
 }
 
+// waitHandlersCtx waits until no counted handler runs, or until ctx is done; it returns
+// nil, or ctx's error when some still run.
+func (d *shutdownDrain) waitHandlersCtx(ctx context.Context) error {
+	d.waiting.Store(true)
+	for d.running.Load() != 0 {
+		select {
+		case <-d.idle:
+		case <-ctx.Done():
+			if d.running.Load() == 0 {
+				return nil
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // EndDrain ends [Gateway.Serve]'s shutdown drain at once: the requests still running are
 // cut as if drain_seconds had passed (event streams get the error event, the connections
 // are closed, tunnels too), and Serve goes on to close and save the bindings. Called before the drain began, the drain ends
@@ -233,6 +250,12 @@ func (g *Gateway) shutdown(ctx context.Context, srv httpServer, drain time.Durat
 		}
 	}()
 	err := srv.Shutdown(sctx)
+	if err == nil {
+		// Shutdown does not wait for hijacked connections: upgrade tunnels still open get
+		// the rest of the drain too (their handlers are counted), then are closed below
+		// (tester40: a tunnel alone was cut the instant the drain began).
+		err = g.drain.waitHandlersCtx(sctx)
+	}
 	scancel()
 	<-ended
 	why := ""

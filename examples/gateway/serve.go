@@ -94,8 +94,9 @@ func every(ctx context.Context, ticks <-chan time.Time, seconds float64, fn func
 // "shutdown" (see the package doc); at most 1 s is given for these answers, then the
 // remaining connections are closed; each request cut so is logged at Info as "request
 // cut by the shutdown drain", and Serve waits up to 1 s more for those handlers to
-// return; upgrade tunnels, which Shutdown does not wait for, are closed when the drain
-// is over. It then closes idle backend connections and, when binding_snapshot is set,
+// return; upgrade tunnels (which http.Server.Shutdown does not track) are waited for like
+// requests in flight — the drain lasts until the last one closes, or drain_seconds — and
+// closed when it is over. It then closes idle backend connections and, when binding_snapshot is set,
 // saves the bindings there ([Gateway.SaveBindings]). If the listener fails (Accept
 // returns an error that is not temporary), Serve logs it and drains the requests in
 // flight the same way before it returns the listener's error.

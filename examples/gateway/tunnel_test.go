@@ -165,3 +165,65 @@ func TestServeClosesTunnels(t *testing.T) {
 			5*time.Second, 5*time.Millisecond, "the lease ends with the tunnel")
 	})
 }
+
+// A tunnel still open when the drain begins gets the rest of drain_seconds, like any
+// request in flight (Shutdown alone does not wait for hijacked connections), and the
+// drain ends as soon as it closes (tester40: a tunnel alone was cut at once).
+func TestServeDrainWaitsForTunnels(t *testing.T) {
+	eachServer(t, func(t *testing.T, server string) {
+		backend := echoUpgradeServer(t)
+		g, err := gateway.New(gateway.Config{
+			Server:       server,
+			Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
+			Health:       gateway.HealthConfig{Enabled: new(false)},
+			DrainSeconds: 30,
+		})
+		require.NoError(t, err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		served := make(chan error, 1)
+		go func() { served <- g.Serve(ctx, ln) }()
+
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		require.NoError(t, err)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+
+		cancel()
+		require.Eventually(t, func() bool { // the drain has begun: no new connections
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				_ = c.Close()
+			}
+			return err != nil
+		}, 5*time.Second, 5*time.Millisecond)
+		_, err = io.WriteString(conn, "still there")
+		require.NoError(t, err)
+		got := make([]byte, len("still there"))
+		_, err = io.ReadFull(br, got)
+		require.NoError(t, err, "the tunnel was closed when the drain began")
+		require.Equal(t, "still there", string(got))
+		select {
+		case err := <-served:
+			t.Fatalf("Serve returned (%v) with a tunnel still open in its drain", err)
+		default:
+		}
+
+		require.NoError(t, conn.Close())
+		select {
+		case err := <-served:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the drain did not end when its last tunnel closed")
+		}
+	})
+}
