@@ -128,40 +128,59 @@ func TestUpgradeTunnelEarlyBytes(t *testing.T) {
 	})
 }
 
+// servedTunnel is a gateway served by Serve over an echo-upgrade backend "a", with one
+// upgrade tunnel open through it.
+type servedTunnel struct {
+	g      *gateway.Gateway
+	addr   string        // the listener's
+	conn   net.Conn      // the client's end of the tunnel (10 s deadline)
+	br     *bufio.Reader // on conn, past the 101
+	cancel func()        // starts Serve's shutdown drain
+	served <-chan error  // Serve's result
+}
+
+// serveTunnel serves a gateway (server, drain_seconds drain) with Serve and opens one
+// tunnel through it. Everything ends with the test.
+func serveTunnel(t *testing.T, server string, drain float64) *servedTunnel {
+	t.Helper()
+	backend := echoUpgradeServer(t)
+	g, err := gateway.New(gateway.Config{
+		Server:       server,
+		Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
+		Health:       gateway.HealthConfig{Enabled: new(false)},
+		DrainSeconds: drain,
+	})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, ln) }()
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	return &servedTunnel{g: g, addr: ln.Addr().String(), conn: conn, br: br, cancel: cancel, served: served}
+}
+
 // Serve closes the upgrade tunnels still open when its drain is over (Shutdown does not
 // track hijacked connections).
 func TestServeClosesTunnels(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
-		backend := echoUpgradeServer(t)
-		g, err := gateway.New(gateway.Config{
-			Server:       server,
-			Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
-			Health:       gateway.HealthConfig{Enabled: new(false)},
-			DrainSeconds: 0.05,
-		})
+		st := serveTunnel(t, server, 0.05)
+		st.cancel()
+		require.NoError(t, <-st.served)
+		_, err := io.ReadAll(st.br) // ends: the gateway closed the tunnel
 		require.NoError(t, err)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		served := make(chan error, 1)
-		go func() { served <- g.Serve(ctx, ln) }()
-
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		require.NoError(t, err)
-		defer conn.Close()
-		_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		require.NoError(t, err)
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-
-		cancel()
-		require.NoError(t, <-served)
-		_, err = io.ReadAll(br) // ends: the gateway closed the tunnel
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { return g.Scheduler().Load("a").Requests == 0 },
+		require.Eventually(t, func() bool { return st.g.Scheduler().Load("a").Requests == 0 },
 			5*time.Second, 5*time.Millisecond, "the lease ends with the tunnel")
 	})
 }
@@ -171,56 +190,30 @@ func TestServeClosesTunnels(t *testing.T) {
 // drain ends as soon as it closes (tester40: a tunnel alone was cut at once).
 func TestServeDrainWaitsForTunnels(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
-		backend := echoUpgradeServer(t)
-		g, err := gateway.New(gateway.Config{
-			Server:       server,
-			Backends:     []gateway.BackendConfig{{ID: "a", URL: backend.URL}},
-			Health:       gateway.HealthConfig{Enabled: new(false)},
-			DrainSeconds: 30,
-		})
-		require.NoError(t, err)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		served := make(chan error, 1)
-		go func() { served <- g.Serve(ctx, ln) }()
-
-		conn, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		defer conn.Close()
-		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: gw\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		require.NoError(t, err)
-		br := bufio.NewReader(conn)
-		resp, err := http.ReadResponse(br, nil)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-
-		cancel()
+		st := serveTunnel(t, server, 30)
+		st.cancel()
 		require.Eventually(t, func() bool { // the drain has begun: no new connections
-			c, err := net.Dial("tcp", addr)
+			c, err := net.Dial("tcp", st.addr)
 			if err == nil {
 				_ = c.Close()
 			}
 			return err != nil
 		}, 5*time.Second, 5*time.Millisecond)
-		_, err = io.WriteString(conn, "still there")
+		_, err := io.WriteString(st.conn, "still there")
 		require.NoError(t, err)
 		got := make([]byte, len("still there"))
-		_, err = io.ReadFull(br, got)
+		_, err = io.ReadFull(st.br, got)
 		require.NoError(t, err, "the tunnel was closed when the drain began")
 		require.Equal(t, "still there", string(got))
 		select {
-		case err := <-served:
+		case err := <-st.served:
 			t.Fatalf("Serve returned (%v) with a tunnel still open in its drain", err)
 		default:
 		}
 
-		require.NoError(t, conn.Close())
+		require.NoError(t, st.conn.Close())
 		select {
-		case err := <-served:
+		case err := <-st.served:
 			require.NoError(t, err)
 		case <-time.After(10 * time.Second):
 			t.Fatal("the drain did not end when its last tunnel closed")
