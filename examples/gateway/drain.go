@@ -151,40 +151,21 @@ func (d *shutdownDrain) handlerDone() {
 	}
 }
 
-// waitHandlers waits until no counted handler runs, or for bound at most; it returns
+// waitHandlers waits until no counted handler runs, or until ctx is done; it returns
 // how many still run. (waiting is set before running is read, and a handler reads
 // waiting after it decremented running: one of the two sees the other.)
-func (d *shutdownDrain) waitHandlers(bound time.Duration) int64 {
+func (d *shutdownDrain) waitHandlers(ctx context.Context) int64 {
 	d.waiting.Store(true)
-	t := time.NewTimer(bound)
-	defer t.Stop()
 	for {
 		if n := d.running.Load(); n == 0 {
 			return 0
 		}
 		select {
 		case <-d.idle:
-		case <-t.C:
+		case <-ctx.Done():
 			return d.running.Load()
 		}
 	}
-}
-
-// waitHandlersCtx waits until no counted handler runs, or until ctx is done; it returns
-// nil, or ctx's error when some still run.
-func (d *shutdownDrain) waitHandlersCtx(ctx context.Context) error {
-	d.waiting.Store(true)
-	for d.running.Load() != 0 {
-		select {
-		case <-d.idle:
-		case <-ctx.Done():
-			if d.running.Load() == 0 {
-				return nil
-			}
-			return ctx.Err()
-		}
-	}
-	return nil
 }
 
 // EndDrain ends [Gateway.Serve]'s shutdown drain at once: the requests still running are
@@ -254,7 +235,9 @@ func (g *Gateway) shutdown(ctx context.Context, srv httpServer, drain time.Durat
 		// Shutdown does not wait for hijacked connections: upgrade tunnels still open get
 		// the rest of the drain too (their handlers are counted), then are closed below
 		// (tester40: a tunnel alone was cut the instant the drain began).
-		err = g.drain.waitHandlersCtx(sctx)
+		if g.drain.waitHandlers(sctx) > 0 {
+			err = sctx.Err()
+		}
 	}
 	scancel()
 	<-ended

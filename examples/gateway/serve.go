@@ -218,7 +218,9 @@ func (g *Gateway) drainServer(ctx context.Context, srv httpServer, closeTunnels 
 	}
 	// The cut handlers log their cut as they return: wait for them (bounded), so that
 	// none is lost to a process that exits once Serve returns.
-	if n := g.drain.waitHandlers(drainHandlerWait); n > 0 {
+	wctx, cancel := context.WithTimeout(context.Background(), drainHandlerWait)
+	defer cancel()
+	if n := g.drain.waitHandlers(wctx); n > 0 {
 		g.log.Warn("requests still running after the drain: not waited for", "requests", n, "waited", drainHandlerWait)
 	}
 }
