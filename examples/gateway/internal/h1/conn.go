@@ -64,7 +64,7 @@ type conn struct {
 	h2Preface  bool   // the current request is the HTTP/2 preface
 	hbuf       []byte // the response header being written
 	pend       []byte // the body written before the header (cap pendSize)
-	scan       hostScan
+	scan       headerScan
 }
 
 func (s *Server) newConn(rwc net.Conn, base context.Context) *conn {

@@ -12,7 +12,7 @@ import (
 
 // checkRequest does the checks net/http's server does after parsing that
 // http.ReadRequest does not; it returns "" or the answer's reason.
-func checkRequest(req *http.Request, scan *hostScan, h2Preface bool) string {
+func checkRequest(req *http.Request, scan *headerScan, h2Preface bool) string {
 	if req.ProtoMajor != 1 && (req.ProtoMajor != 2 || req.ProtoMinor != 0 || req.Method != "PRI" || req.RequestURI != "*") {
 		return "505 HTTP Version Not Supported: unsupported protocol version"
 	}
@@ -41,13 +41,13 @@ func isH2Preface(r *http.Request) bool {
 	return r.Method == "PRI" && len(r.Header) == 0 && r.URL.Path == "*" && r.Proto == "HTTP/2.0"
 }
 
-// hostScan finds the Host header lines in a request's raw header as it is read
+// headerScan finds the Host header lines in a request's raw header as it is read
 // (http.ReadRequest removes them from the Header): their count and the first's value;
 // and it counts the Content-Length lines, which http.ReadRequest also removes when the
 // body is chunked, and the Transfer-Encoding lines, which it removes (and ignores) on
 // HTTP/1.0: a request with both, or an HTTP/1.0 one with Transfer-Encoding, is
 // answered, then its connection closed (RFC 9112 section 6.1).
-type hostScan struct {
+type headerScan struct {
 	done     bool
 	prevHost bool // the line before was the first Host line (or its continuation)
 	hosts    int
@@ -61,14 +61,14 @@ type hostScan struct {
 	value    []byte
 }
 
-func (s *hostScan) reset() {
+func (s *headerScan) reset() {
 	s.done, s.prevHost, s.hosts, s.lengths, s.encs, s.line, s.match, s.clMatch, s.teMatch, s.inValue = false, false, 0, 0, 0, 0, 0, 0, 0, false
 	s.value = s.value[:0]
 }
 
 // host is the first Host line's value as textproto makes it: trimmed, and joined with
 // its continuation lines (obs-fold) by single spaces.
-func (s *hostScan) host() string {
+func (s *headerScan) host() string {
 	var parts []string
 	for part := range strings.SplitSeq(string(s.value), "\n") {
 		if part = strings.Trim(part, " \t"); part != "" {
@@ -78,7 +78,7 @@ func (s *hostScan) host() string {
 	return strings.Join(parts, " ")
 }
 
-func (s *hostScan) feed(p []byte) {
+func (s *headerScan) feed(p []byte) {
 	const name, clName, teName = "host:", "content-length:", "transfer-encoding:"
 	for _, b := range p {
 		if s.done {
