@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway/internal/rawio"
 )
 
 // Values of [TimeoutsConfig]'s sibling key backend_client (Config.BackendClient).
@@ -125,6 +127,7 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 			closeBody(req)
 			return nil, ctxErr(ctx, err)
 		}
+		nc = rawio.Wrap(nc)
 		c = &hopConn{Conn: nc, in: readBudget{Conn: nc, left: math.MaxInt64}, out: connWriter{Conn: nc}, addr: addr,
 			closeFn: func() { _ = nc.Close() }}
 		c.peek.init(nc)

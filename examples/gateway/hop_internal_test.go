@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,35 @@ func TestBackendClientConfig(t *testing.T) {
 func TestResponseHeaderKeysCanonical(t *testing.T) {
 	for _, k := range []string{HeaderBackend, HeaderAffinityHit, HeaderOutcome, "Content-Length"} {
 		assert.Equal(t, http.CanonicalHeaderKey(k), k)
+	}
+}
+
+// TestBackendConnectionsRawIO: on Linux both backend clients dial connections wrapped by
+// internal/rawio (raw system calls), and requests work over them.
+func TestBackendConnectionsRawIO(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("rawio wraps connections on Linux only")
+	}
+	srv, _ := hopServer(t, echo)
+	nethttp := newTransport(TimeoutsConfig{}.withDefaults())
+	t.Cleanup(nethttp.CloseIdleConnections)
+	for name, tr := range map[string]http.RoundTripper{"direct": newTestDirect(t), "nethttp": nethttp} {
+		t.Run(name, func(t *testing.T) {
+			var conn net.Conn
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn },
+			})
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"n":2}`))
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			got, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			assert.Equal(t, `{"n":2}`, string(got))
+			require.NotNil(t, conn)
+			_, plain := conn.(*net.TCPConn)
+			assert.False(t, plain, "a %T, not a raw-I/O connection", conn)
+		})
 	}
 }

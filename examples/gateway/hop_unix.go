@@ -10,7 +10,7 @@ import (
 // alive reports whether an idle connection is still open: a non-blocking
 // recv(MSG_PEEK) that finds nothing to read (EAGAIN). EOF (the backend closed it), an
 // error, or unexpected bytes (an idle connection has nothing to say) mean it is not.
-// One system call. The directTransport uses a peeker bound to the connection instead,
+// One system call (raw on Linux, see recvPeek). The directTransport uses a peeker bound to the connection instead,
 // which does the same without allocating.
 func alive(c net.Conn) bool {
 	var p peeker
@@ -44,7 +44,7 @@ func (p *peeker) init(c net.Conn) {
 }
 
 func (p *peeker) peek(fd uintptr) bool {
-	_, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	err := recvPeek(fd, p.buf[:])
 	p.ok = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
 	return true // never wait for readiness
 }

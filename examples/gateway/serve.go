@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway/internal/rawio"
 )
 
 // Run runs the background loops until ctx is done: the active prober (when
@@ -164,7 +166,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	tunnels, closeTunnels := context.WithCancel(context.Background())
 	defer closeTunnels()
 	srv := g.newServer(g.drain.counted(g), tunnels) // counted: waited for after the drain
-	ln = netutil.LimitListener(ln, g.state().cfg.Limits.MaxConnections)
+	ln = netutil.LimitListener(rawio.Listener(ln), g.state().cfg.Limits.MaxConnections)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentserve/sessionaffinity/examples/gateway/internal/rawio"
 )
 
 // ErrBackendTimeout is wrapped by the errors of requests whose backend did not send
@@ -64,7 +66,13 @@ func newTransport(t TimeoutsConfig) *http.Transport {
 	tr.IdleConnTimeout = duration(t.BackendIdleConnSeconds)
 	tr.DisableCompression = true // pass the client's Accept-Encoding through, never add gzip
 	d := &net.Dialer{Timeout: duration(t.DialSeconds), KeepAlive: 30 * time.Second}
-	tr.DialContext = d.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawio.Wrap(c), nil
+	}
 	return tr
 }
 
