@@ -5,11 +5,12 @@ GO ?= go
 BENCHTIME ?= 1s
 COUNT ?= 1
 
-.PHONY: test fmt-check vet race bench bench-hot tidy-check peers work modules-check trace
+.PHONY: test fmt-check vet race norace bench bench-hot tidy-check peers work modules-check trace
 
 ## test: go.work up to date, gofmt check, go vet and race-enabled tests in every module,
-## then every nested module built alone against the versions it requires.
-test: work fmt-check vet race modules-check
+## the gateway's tests again without the race detector (norace), then every nested module
+## built alone against the versions it requires.
+test: work fmt-check vet race norace modules-check
 
 ## work: (re)write go.work — every module found by git (nested ones included, so a new
 ## module joins by itself), each required version replaced by its directory. Commit it.
@@ -32,6 +33,12 @@ vet:
 
 race:
 	@set -e; for m in $(MODULES); do echo "== go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...); done
+
+## norace: the gateway's packages without the race detector, the only build in which
+## examples/gateway/internal/rawio issues raw system calls (under -race they are plain
+## ones, so that the detector sees the kernel's ordering).
+norace:
+	@echo "== go test, no -race (examples/gateway/...)"; cd examples && $(GO) test -count=1 ./gateway/...
 
 ## bench: every benchmark (COUNT=6 BENCHTIME=300ms for benchstat input). The
 ## million-binding benchmarks of affinity fill a table per op, so they run once each.
