@@ -43,9 +43,17 @@ func newTestDirect(t *testing.T) *directTransport {
 // httptrace saw a reused connection and a written request.
 func hopPost(t *testing.T, tr http.RoundTripper, url, body string) (string, bool, bool) {
 	t.Helper()
-	var reused, wrote bool
+	got, conn, wrote := hopPostConn(t, tr, url, body)
+	return got, conn.Reused, wrote
+}
+
+// hopPostConn is hopPost returning what httptrace's GotConn saw.
+func hopPostConn(t *testing.T, tr http.RoundTripper, url, body string) (string, httptrace.GotConnInfo, bool) {
+	t.Helper()
+	var conn httptrace.GotConnInfo
+	var wrote bool
 	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-		GotConn:      func(i httptrace.GotConnInfo) { reused = i.Reused },
+		GotConn:      func(i httptrace.GotConnInfo) { conn = i },
 		WroteRequest: func(w httptrace.WroteRequestInfo) { wrote = w.Err == nil },
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
@@ -55,7 +63,7 @@ func hopPost(t *testing.T, tr http.RoundTripper, url, body string) (string, bool
 	got, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
-	return string(got), reused, wrote
+	return string(got), conn, wrote
 }
 
 func echo(w http.ResponseWriter, r *http.Request) {
@@ -215,18 +223,9 @@ func TestBackendConnectionsRawIO(t *testing.T) {
 	t.Cleanup(nethttp.CloseIdleConnections)
 	for name, tr := range map[string]http.RoundTripper{"direct": newTestDirect(t), "nethttp": nethttp} {
 		t.Run(name, func(t *testing.T) {
-			var conn net.Conn
-			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-				GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn },
-			})
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"n":2}`))
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			got, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			require.NoError(t, resp.Body.Close())
-			assert.Equal(t, `{"n":2}`, string(got))
+			got, info, _ := hopPostConn(t, tr, srv.URL+"/v1/chat/completions", `{"n":2}`)
+			assert.Equal(t, `{"n":2}`, got)
+			conn := info.Conn
 			require.NotNil(t, conn)
 			_, plain := conn.(*net.TCPConn)
 			assert.False(t, plain, "a %T, not a raw-I/O connection", conn)
