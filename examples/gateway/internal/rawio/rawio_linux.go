@@ -89,7 +89,7 @@ func (o *op) write(fd uintptr) bool {
 // has closed its side, or an error.
 func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
-		return 0, nil
+		return c.TCPConn.Read(p) // net's answer: an error when closed, else 0, nil
 	}
 	o := &c.r
 	o.mu.Lock()
@@ -113,7 +113,7 @@ func (c *conn) Read(p []byte) (int, error) {
 // error.
 func (c *conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
-		return 0, nil
+		return c.TCPConn.Write(p) // net's answer: an error when closed or past the deadline
 	}
 	o := &c.w
 	o.mu.Lock()

@@ -170,6 +170,26 @@ func TestErrorsAsNet(t *testing.T) {
 			_, err := c.Write([]byte("x"))
 			return err
 		}},
+		{"empty read past the deadline", nil, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.SetReadDeadline(past))
+			_, err := c.Read(nil)
+			return err
+		}},
+		{"empty write past the deadline", os.ErrDeadlineExceeded, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.SetWriteDeadline(past))
+			_, err := c.Write([]byte{})
+			return err
+		}},
+		{"empty read after close", net.ErrClosed, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.Close())
+			_, err := c.Read(nil)
+			return err
+		}},
+		{"empty write after close", net.ErrClosed, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.Close())
+			_, err := c.Write(nil)
+			return err
+		}},
 		{"peer closed", io.EOF, func(t *testing.T, c, peer net.Conn) error {
 			require.NoError(t, peer.Close())
 			_, err := c.Read(make([]byte, 8))
@@ -191,7 +211,11 @@ func TestErrorsAsNet(t *testing.T) {
 					c = rawio.Wrap(c)
 				}
 				err := tc.run(t, c, peer)
-				require.ErrorIs(t, err, tc.is, "wrapped=%v", wrap)
+				if tc.is == nil {
+					require.NoError(t, err, "wrapped=%v", wrap)
+				} else {
+					require.ErrorIs(t, err, tc.is, "wrapped=%v", wrap)
+				}
 				shapes[i] = errorShape(c, err)
 			}
 			assert.Equal(t, shapes[0], shapes[1], "the wrapped connection fails as net's does")
