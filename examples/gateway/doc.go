@@ -449,7 +449,7 @@
 // with the network poller's waits, deadlines and errors unchanged. A plain read or write
 // wakes the Go runtime's sysmon thread whenever every P was idle, which at low
 // concurrency is between any two requests: rawio takes the gateway from about 5.4 to 2.5
-// context switches per request at concurrency 1 (HAProxy: 2.1) and cuts about a third
+// context switches per request at concurrency 1 (HAProxy: 2.1) and cuts 24-41 %
 // of its CPU per request there (docs/peers.md). Not configurable; under the race
 // detector the calls are plain ones again (see internal/rawio).
 //
