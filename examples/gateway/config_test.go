@@ -97,6 +97,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"url without host", "backends: [{id: a, url: 'http://'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://"}},
 		{"unparsable url", "backends: [{id: a, url: 'http://h:port'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://h:port"}},
 		// user:password@ would not be sent: refused, the password never repeated (tester27).
+		{"url port out of range", "backends: [{id: a, url: 'http://127.0.0.1:99999'}]", gateway.ErrBackendURL, []string{"backends[0].url", "127.0.0.1:99999", "port must be 1..65535"}},
+		{"url port 0", "backends: [{id: a, url: 'http://h:0/v1'}]", gateway.ErrBackendURL, []string{"backends[0].url", "port must be 1..65535"}},
+		{"url port 65536", "backends: [{id: a, url: 'https://[::1]:65536'}]", gateway.ErrBackendURL, []string{"backends[0].url", "port must be 1..65535"}},
 		{"url with credentials", "backends: [{id: a, url: 'http://op:s3cret@h:1'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://op:xxxxx@h:1", "user:password@ is not allowed"}},
 		{"unparsable url with credentials", "backends: [{id: a, url: 'http://op:s3 cret@h:port'}]", gateway.ErrBackendURL, []string{"backends[0].url", "http://xxxxx@h:port", "not a URL"}},
 		{"negative weight", "backends: [{id: a, url: 'http://h:1', weight: -1}]", gateway.ErrBackendWeight, []string{"backends[0].weight", "-1"}},

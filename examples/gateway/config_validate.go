@@ -323,6 +323,13 @@ func checkBackendURL(raw string) error {
 	if u.Host == "" {
 		return fmt.Errorf("missing host")
 	}
+	if p := u.Port(); p != "" {
+		// url.Parse checks that a port is digits, not its range: 99999 would be taken
+		// and fail every dial.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port must be 1..65535")
+		}
+	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("query and fragment are not allowed")
 	}
