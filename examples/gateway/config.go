@@ -266,6 +266,7 @@ func ParseConfig(data []byte) (Config, error) {
 		kind := ErrConfigSyntax
 		if strings.Contains(err.Error(), "not found in type") { // yaml.v3's unknown-field message
 			kind = ErrUnknownKey
+			err = &unknownKeyError{err}
 		}
 		if errors.Is(err, affinity.ErrInvalidConfig) {
 			// The affinity section failed in affinity.Config.UnmarshalYAML (wrong type,

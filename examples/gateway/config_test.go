@@ -73,10 +73,12 @@ func TestParseConfigErrors(t *testing.T) {
 		want     error
 		contains []string // field and value named in the message
 	}{
-		{"unknown top-level key", "listen_addr: x\n" + minimal, gateway.ErrUnknownKey, []string{"listen_addr"}},
-		{"unknown backend key", "backends: [{id: a, url: 'http://h:1', wieght: 2}]", gateway.ErrUnknownKey, []string{"wieght"}},
-		{"unknown affinity key", "affinity: {sticky_ttl: 5}\n" + minimal, gateway.ErrUnknownKey, []string{"sticky_ttl"}},
-		{"unknown health key", "health: {enable: true}\n" + minimal, gateway.ErrUnknownKey, []string{"enable"}},
+		{"unknown top-level key", "listen_addr: x\n" + minimal, gateway.ErrUnknownKey, []string{`line 1: unknown key "listen_addr" at the top level`}},
+		{"unknown backend key", "backends: [{id: a, url: 'http://h:1', wieght: 2}]", gateway.ErrUnknownKey, []string{`unknown key "wieght" in backends[]`}},
+		{"unknown affinity key", "affinity: {sticky_ttl: 5}\n" + minimal, gateway.ErrUnknownKey, []string{`unknown key "sticky_ttl" in affinity`}},
+		{"unknown affinity.load key", "affinity: {load: {balance: 2}}\n" + minimal, gateway.ErrUnknownKey, []string{`unknown key "balance" in affinity.load`}},
+		{"unknown tenant key", "backends: [{id: a, url: 'http://h:1'}]\ntenant: {api_key: true, headr: X}", gateway.ErrUnknownKey, []string{`unknown key "headr" in tenant`}},
+		{"unknown health key", "health: {enable: true}\n" + minimal, gateway.ErrUnknownKey, []string{`unknown key "enable" in health`}},
 		{"wrong type", "max_body_bytes: lots\n" + minimal, gateway.ErrConfigSyntax, []string{"lots"}},
 		{"a second document", minimal + "---\nlisten: 127.0.0.1:1\nbogus_key: 1\n", gateway.ErrConfigSyntax, []string{"second YAML document", "one document"}},
 		{"an empty second document", minimal + "---\n# nothing\n", gateway.ErrConfigSyntax, []string{"second YAML document"}},
@@ -190,9 +192,9 @@ func TestParseConfigErrors(t *testing.T) {
 // anonymous struct the affinity section decodes its numbers into (~700 bytes).
 func TestParseConfigUnknownAffinityKeyIsShort(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{
-		{"affinity:\n  load:\n    balance_factor: 1.25\n    spill_cost_wieght: 5\n", "line 4: field spill_cost_wieght not found in type affinity.LoadConfig"},
-		{"affinity:\n  tiers:\n    gold: {sticky_ttl: 5}\n", "line 3: field sticky_ttl not found in type affinity.TierConfig"},
-		{"affinity:\n  sticky_ttl_secs: 5\n", "line 2: field sticky_ttl_secs not found in type affinity.config"},
+		{"affinity:\n  load:\n    balance_factor: 1.25\n    spill_cost_wieght: 5\n", `line 4: unknown key "spill_cost_wieght" in affinity.load`},
+		{"affinity:\n  tiers:\n    gold: {sticky_ttl: 5}\n", `line 3: unknown key "sticky_ttl" in affinity.tiers.<name>`},
+		{"affinity:\n  sticky_ttl_secs: 5\n", `line 2: unknown key "sticky_ttl_secs" in affinity`},
 	} {
 		_, err := gateway.ParseConfig([]byte(tc.doc + minimal))
 		require.Error(t, err, tc.doc)
