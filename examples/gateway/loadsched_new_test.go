@@ -121,12 +121,14 @@ func TestLoadScrapeNewHungBackendsDoNotStallOthers(t *testing.T) {
 
 // New backends that answer, added in one batch behind 50 (or 300) that hang, get their
 // first report within ceil((hung+1)/4) first-scrape timeouts of the reload (ceil(/8)
-// here, the answering workers being idle), with no pass needed (here a 20-ms first-scrape
+// here, the answering workers being idle), with no pass needed (here a 100-ms first-scrape
 // timeout and a 60-s health timeout; the bound is checked loosely, 10 times over plus
 // 5 s, as the machine is shared). Before, they waited behind the hung ones on the 12
 // answering workers, a whole health timeout per 12.
 func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
-	const first = 20 * time.Millisecond
+	// 100 ms, not less: an answering backend's first scrape must finish within it, and
+	// under -race beside other packages' tests a 20-ms one did not always (a CI run).
+	const first = 100 * time.Millisecond
 	for _, hung := range []int{50, 300} {
 		t.Run(fmt.Sprint(hung), func(t *testing.T) {
 			bs := map[string]*vllmMetrics{}
@@ -147,7 +149,7 @@ func TestLoadScrapeNewBatchFirstReports(t *testing.T) {
 			}
 			t.Logf("%d hung ahead: the last new report after %v (bound %v, %v with 8 workers)", hung, time.Since(start), bound, time.Duration((hung+1+7)/8)*first)
 			assert.Equal(t, int64(hung), hits.Load(), "each hung backend's first scrape ran once, and ended")
-			assert.Contains(t, logs.String(), "first scrape: no answer within 20ms")
+			assert.Contains(t, logs.String(), "first scrape: no answer within 100ms")
 			assert.Zero(t, staleGauge(t, g))
 		})
 	}
