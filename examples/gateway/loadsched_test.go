@@ -160,17 +160,7 @@ func TestLoadScrapeStaleOnce(t *testing.T) {
 		g.Scheduler().OnBackendDown("d")
 		require.NoError(t, g.Scheduler().ReportLoad("d", affinity.BackendLoad{Waiting: 4}))
 	})
-	stale := func() float64 {
-		mfs, err := g.Registry().Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() == gateway.MetricLoadReportsStale {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("no " + gateway.MetricLoadReportsStale)
-		return 0
-	}
+	stale := func() float64 { return staleGauge(t, g) }
 	for i := range 8 {
 		ticks <- clk.Now()
 		require.Eventually(t, func() bool { // recorded (Debug), so the next pass finds it due

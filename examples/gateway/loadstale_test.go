@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
 // logLines returns the JSON log lines of logs whose msg starts with prefix.
@@ -34,17 +32,7 @@ func logLines(t *testing.T, logs *syncBuffer, prefix string) []map[string]any {
 func TestLoadScrapeStaleEpisodeEnds(t *testing.T) {
 	bs := map[string]*vllmMetrics{"d": newVLLMMetrics(t, "fail"), "r": newVLLMMetrics(t, "fail"), "k": newVLLMMetrics(t, "fail")}
 	g, clk, ticks, logs, conf := loadGateway(t, bs, []string{"d", "r", "k"}, nil)
-	stale := func() float64 {
-		mfs, err := g.Registry().Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() == gateway.MetricLoadReportsStale {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatal("no " + gateway.MetricLoadReportsStale)
-		return 0
-	}
+	stale := func() float64 { return staleGauge(t, g) }
 	for i := range 5 { // 20 s: older than 3 intervals at the last pass
 		ticks <- clk.Now()
 		require.Eventually(t, func() bool {
