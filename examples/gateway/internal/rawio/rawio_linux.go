@@ -13,7 +13,7 @@ import (
 // returned unchanged. The returned connection is safe for concurrent use like the one it
 // wraps (concurrent Reads, and concurrent Writes, are serialized as net serializes
 // them); everything but Read and Write is the *net.TCPConn's own (Close, deadlines,
-// CloseWrite, SyscallConn, ReadFrom and WriteTo). Costs four allocations; each Read or
+// CloseWrite, SyscallConn, ReadFrom and WriteTo). Costs six allocations; each Read or
 // Write then allocates nothing unless it returns an error.
 func Wrap(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
@@ -24,8 +24,9 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	rc := &conn{TCPConn: tc, raw: raw}
-	rc.r.fn, rc.w.fn = rc.r.read, rc.w.write
+	rc := &conn{TCPConn: tc}
+	rc.r.fn, rc.r.wait = rc.r.read, raw.Read
+	rc.w.fn, rc.w.wait = rc.w.write, raw.Write
 	return rc
 }
 
@@ -34,21 +35,32 @@ func Wrap(c net.Conn) net.Conn {
 // large system calls gain nothing from being raw).
 type conn struct {
 	*net.TCPConn
-	raw syscall.RawConn
-	r   op
-	w   op
+	r op
+	w op
 }
 
-// op is the state of one direction's call in progress: the buffer, the bytes done and
-// the errno, read by the callback that the poller's RawConn runs (bound once, in fn, so
-// that a call allocates nothing). mu serializes callers: the RawConn serializes the
-// callbacks, but buf and n belong to one call.
+// op is one direction of the connection: wait is the RawConn's Read or Write, fn the
+// system call it runs until fn returns true (both bound once, so that a call allocates
+// nothing), and buf, n and err the state of the call in progress. mu serializes callers:
+// the RawConn serializes the callbacks, but buf and n belong to one call.
 type op struct {
-	mu  sync.Mutex
-	fn  func(fd uintptr) bool
-	buf []byte
-	n   int
-	err syscall.Errno
+	mu   sync.Mutex
+	wait func(func(fd uintptr) bool) error
+	fn   func(fd uintptr) bool
+	buf  []byte
+	n    int
+	err  syscall.Errno
+}
+
+// run runs one Read or Write of p through the poller: the bytes done, the system call's
+// errno, and the poller's error (deadline, closed).
+func (o *op) run(p []byte) (int, syscall.Errno, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf, o.n, o.err = p, 0, 0
+	err := o.wait(o.fn)
+	o.buf = nil
+	return o.n, o.err, err
 }
 
 // read is one read(2) into o.buf; false (wait for readiness and call again) on EAGAIN.
@@ -91,13 +103,7 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return c.TCPConn.Read(p) // net's answer: an error when closed, else 0, nil
 	}
-	o := &c.r
-	o.mu.Lock()
-	o.buf, o.n, o.err = p, 0, 0
-	err := c.raw.Read(o.fn)
-	n, e := o.n, o.err
-	o.buf = nil
-	o.mu.Unlock()
+	n, e, err := c.r.run(p)
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -115,13 +121,7 @@ func (c *conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return c.TCPConn.Write(p) // net's answer: an error when closed or past the deadline
 	}
-	o := &c.w
-	o.mu.Lock()
-	o.buf, o.n, o.err = p, 0, 0
-	err := c.raw.Write(o.fn)
-	n, e := o.n, o.err
-	o.buf = nil
-	o.mu.Unlock()
+	n, e, err := c.w.run(p)
 	switch {
 	case err != nil:
 		return n, c.opError("write", err)
