@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -12,9 +13,11 @@ import (
 // documentation); any other connection, or one whose syscall.RawConn is unavailable, is
 // returned unchanged. The returned connection is safe for concurrent use like the one it
 // wraps (concurrent Reads, and concurrent Writes, are serialized as net serializes
-// them); everything but Read and Write is the *net.TCPConn's own (Close, deadlines,
-// CloseWrite, SyscallConn, ReadFrom and WriteTo). Costs six allocations; each Read or
-// Write then allocates nothing unless it returns an error.
+// them). Its deadlines behave as net's but move the poller's timer lazily (see the
+// package documentation); everything else is the *net.TCPConn's own (CloseWrite,
+// SyscallConn, and ReadFrom and WriteTo, during which deadlines are passed on eagerly).
+// Costs six allocations; each Read, Write or deadline change then allocates nothing
+// unless it returns an error.
 func Wrap(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
@@ -35,8 +38,11 @@ func Wrap(c net.Conn) net.Conn {
 // large system calls gain nothing from being raw).
 type conn struct {
 	*net.TCPConn
-	r op
-	w op
+	r      op
+	w      op
+	rd     deadline
+	wd     deadline
+	closed atomic.Bool
 }
 
 // op is one direction of the connection: wait is the RawConn's Read or Write, fn the
@@ -104,6 +110,9 @@ func (c *conn) Read(p []byte) (int, error) {
 		return c.TCPConn.Read(p) // net's answer: an error when closed, else 0, nil
 	}
 	n, e, err := c.r.run(p)
+	for err != nil && c.rd.rearm(err, c.TCPConn.SetReadDeadline) {
+		n, e, err = c.r.run(p)
+	}
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -119,9 +128,18 @@ func (c *conn) Read(p []byte) (int, error) {
 // error.
 func (c *conn) Write(p []byte) (int, error) {
 	if len(p) == 0 {
-		return c.TCPConn.Write(p) // net's answer: an error when closed or past the deadline
+		_, err := c.TCPConn.Write(p) // net's answer: an error when closed or past the deadline
+		for err != nil && c.wd.rearm(err, c.TCPConn.SetWriteDeadline) {
+			_, err = c.TCPConn.Write(p)
+		}
+		return 0, err
 	}
 	n, e, err := c.w.run(p)
+	for err != nil && n < len(p) && c.wd.rearm(err, c.TCPConn.SetWriteDeadline) {
+		var m int
+		m, e, err = c.w.run(p[n:])
+		n += m
+	}
 	switch {
 	case err != nil:
 		return n, c.opError("write", err)

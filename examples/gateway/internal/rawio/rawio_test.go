@@ -190,6 +190,37 @@ func TestErrorsAsNet(t *testing.T) {
 			_, err := c.Write(nil)
 			return err
 		}},
+		{"set a deadline after close", net.ErrClosed, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
+			require.NoError(t, c.Close())
+			return c.SetReadDeadline(time.Now().Add(2 * time.Hour)) // later: the lazy case
+		}},
+		{"clear a deadline after close", net.ErrClosed, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Hour)))
+			require.NoError(t, c.Close())
+			return c.SetDeadline(time.Time{})
+		}},
+		{"read after a passed deadline moved later", nil, func(t *testing.T, c, peer net.Conn) error {
+			require.NoError(t, c.SetReadDeadline(past))
+			_, err := c.Read(make([]byte, 8))
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
+			_, err = peer.Write([]byte("x"))
+			require.NoError(t, err)
+			_, err = c.Read(make([]byte, 8))
+			return err
+		}},
+		{"write after a passed deadline was cleared", nil, func(t *testing.T, c, _ net.Conn) error {
+			require.NoError(t, c.SetWriteDeadline(past))
+			_, err := c.Write([]byte("x"))
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			require.NoError(t, c.SetWriteDeadline(time.Time{}))
+			if _, err := c.Write(nil); err != nil {
+				return err
+			}
+			_, err = c.Write([]byte("x"))
+			return err
+		}},
 		{"peer closed", io.EOF, func(t *testing.T, c, peer net.Conn) error {
 			require.NoError(t, peer.Close())
 			_, err := c.Read(make([]byte, 8))
