@@ -37,8 +37,9 @@ type idleTransport interface {
 // hands every request and response between them and the caller, which on a
 // small-request proxy costs more CPU than the parsing. Here the caller's goroutine
 // writes the request (http.Request.Write into a buffered writer: one write system call)
-// and parses the response (http.ReadResponse, the parser net/http.Transport uses), so
-// the wire format and header handling are net/http's own. It keeps the semantics the
+// and parses the response (http.ReadResponse, the parser net/http.Transport uses, but
+// for a plain Content-Length response, which fastResponse reads field for field as it
+// would), so the wire format and header handling are net/http's own. It keeps the semantics the
 // gateway relies on: the request context cancels dials, writes and reads (the
 // connection is closed), httptrace's GotConn (Reused) and WroteRequest are reported,
 // 1xx informational responses go to httptrace's Got1xxResponse when set (that is how

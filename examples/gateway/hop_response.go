@@ -114,7 +114,11 @@ func readResponse(c *hopConn, req *http.Request, trace *httptrace.ClientTrace, a
 		trace.GotFirstResponseByte()
 	}
 	for n1xx := 0; ; {
-		resp, err := http.ReadResponse(c.br, req)
+		resp := fastResponse(c.br, req)
+		var err error
+		if resp == nil {
+			resp, err = http.ReadResponse(c.br, req)
+		}
 		if err != nil {
 			if c.in.left <= 0 {
 				return nil, badResponse(errHeaderBudget)
