@@ -36,10 +36,11 @@ type idleTransport interface {
 // goroutines: net/http.Transport runs a read and a write goroutine per connection and
 // hands every request and response between them and the caller, which on a
 // small-request proxy costs more CPU than the parsing. Here the caller's goroutine
-// writes the request (http.Request.Write into a buffered writer: one write system call)
-// and parses the response (http.ReadResponse, the parser net/http.Transport uses, but
-// for a plain Content-Length response, which fastResponse reads field for field as it
-// would), so the wire format and header handling are net/http's own. It keeps the semantics the
+// writes the request (http.Request.Write into a buffered writer: one write system call;
+// writeRequestFast for a plain request, writing what it would) and parses the response
+// (http.ReadResponse, the parser net/http.Transport uses; fastResponse for a plain
+// Content-Length response, reading it field for field as it would), so the wire format
+// and header handling are net/http's own. It keeps the semantics the
 // gateway relies on: the request context cancels dials, writes and reads (the
 // connection is closed), httptrace's GotConn (Reused) and WroteRequest are reported,
 // 1xx informational responses go to httptrace's Got1xxResponse when set (that is how
@@ -143,7 +144,10 @@ func (t *directTransport) roundTrip(ctx context.Context, req *http.Request, a *a
 	}
 	stop := context.AfterFunc(ctx, c.closeFn)
 	c.out.err = nil
-	err := req.Write(c.bw) // closes req.Body
+	fast, err := writeRequestFast(c.bw, req) // closes req.Body
+	if !fast {
+		err = req.Write(c.bw) // closes req.Body
+	}
 	if err == nil {
 		err = c.bw.Flush()
 	}
