@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -60,6 +61,65 @@ func TestReadBodyDeadlineEndsWithTheBody(t *testing.T) {
 			require.NoError(t, err, "the response is not cut")
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 			assert.Equal(t, "data: 1\n\ndata: 2\n\ndata: 3\n\n", string(got))
+		}
+	})
+}
+
+// A request that declares a body it does not send, answered before its body is read (a
+// refused method, a bad path, an ops path, a declared length over max_body_bytes), must
+// not hold its connection: the server reads (discards) an unread body of up to 256 KiB
+// before it sends the answer or closes, and that read had no deadline (the header's was
+// cleared, the body's not yet set), so the client got no answer, or no close, and kept a
+// connection slot for as long as it liked (tester44). Now read_body_seconds bounds it
+// from the handler's start, and a declared length over max_body_bytes is answered at
+// once with Connection: close (the direct server closes at once; net/http's reads the
+// body after the answer, within the deadline).
+func TestUnreadBodyBounded(t *testing.T) {
+	cases := []struct {
+		name, head string
+		readBody   time.Duration // read_body_seconds
+		answer     time.Duration // the answer's head arrives before this
+		status     string
+	}{
+		{"declared over max_body_bytes", "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n",
+			2 * time.Second, time.Second, "413"},
+		{"refused method", "TRACE / HTTP/1.1\r\nHost: g\r\nContent-Length: 5000\r\n\r\n",
+			300 * time.Millisecond, 5 * time.Second, "405"},
+		{"bad path", "POST /v1/../x HTTP/1.1\r\nHost: g\r\nContent-Length: 5000\r\n\r\n",
+			300 * time.Millisecond, 5 * time.Second, "400"},
+		{"ops path", "POST /healthz HTTP/1.1\r\nHost: g\r\nContent-Length: 5000\r\n\r\n",
+			300 * time.Millisecond, 5 * time.Second, "405"},
+	}
+	const closed = 5 * time.Second // the connection ends before this
+	eachServer(t, func(t *testing.T, server string) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				g, err := gateway.New(gateway.Config{
+					Backends:     []gateway.BackendConfig{{ID: "a", URL: "http://127.0.0.1:1"}},
+					Health:       gateway.HealthConfig{Enabled: new(false)},
+					MaxBodyBytes: 1000,
+					Timeouts:     gateway.TimeoutsConfig{ReadBodySeconds: tc.readBody.Seconds()},
+				})
+				require.NoError(t, err)
+				t.Cleanup(g.Close)
+				front := newFront(t, server, g, g.HTTPServer())
+				t.Cleanup(front.Close)
+				c, err := net.Dial("tcp", front.Listener.Addr().String())
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				_, err = io.WriteString(c, tc.head+strings.Repeat("x", 100)) // 100 of the 5000 bytes, then silence
+				require.NoError(t, err)
+				start := time.Now()
+				require.NoError(t, c.SetReadDeadline(start.Add(tc.answer)))
+				head := make([]byte, 12)
+				_, err = io.ReadFull(c, head)
+				require.NoError(t, err, "no answer within %v", tc.answer)
+				assert.Equal(t, "HTTP/1.1 "+tc.status, string(head))
+				require.NoError(t, c.SetReadDeadline(start.Add(closed)))
+				_, err = io.ReadAll(c)
+				require.NoError(t, err, "the connection still open after %v", closed)
+			})
 		}
 	})
 }

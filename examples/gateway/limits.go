@@ -171,6 +171,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	cfg := st.rt.cfg
 	max := cfg.MaxBodyBytes
 	if r.ContentLength > max {
+		// Answered at once, and the connection closed: the server would otherwise read up
+		// to 256 KiB of a body refused for its size before sending the answer.
+		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large",
 			fmt.Sprintf("request body exceeds max_body_bytes (%d bytes)", max))
 		return nil, false
@@ -178,15 +181,14 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, st *route) ([
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(duration(cfg.Timeouts.ReadBodySeconds)))
+	rc := http.NewResponseController(w) // ServeHTTP set the read_body_seconds deadline
 	raw := w
 	if ow, ok := w.(*outcomeWriter); ok {
 		raw = ow.ResponseWriter // MaxBytesReader tells net/http's own writer to close the connection
 	}
 	// Charged as it grows: a client holds one chunk or twice what it sent at most (bodies.go).
 	st.upload.w = raw
-	g.drain.trackUpload(&st.upload) // after the deadline above, which a cut overrides
+	g.drain.trackUpload(&st.upload) // after ServeHTTP's deadline, which a cut overrides
 	body, err := readRequestBody(raw, r, max, func(n int64) bool { return g.reserve(st, n) })
 	g.drain.untrackUpload(&st.upload)
 	if err == nil {

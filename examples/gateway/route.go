@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/health"
@@ -22,6 +23,12 @@ import (
 // r.RequestURI's, not r.URL's — [CheckPath] refuses (a JSON 400). (With admin_listen
 // set, [Gateway.Serve] also serves those three on their own listener: admin.go.)
 func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	// A declared body is read (readBody) or, after an earlier answer, discarded by the
+	// server (up to 256 KiB, before it sends the answer) within read_body_seconds from
+	// here: nothing else bounds that read (tester44).
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		_ = http.NewResponseController(rw).SetReadDeadline(time.Now().Add(duration(g.state().cfg.Timeouts.ReadBodySeconds)))
+	}
 	if g.serveOps(rw, r) {
 		return
 	}

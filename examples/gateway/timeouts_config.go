@@ -33,7 +33,9 @@ type TimeoutsConfig struct {
 	BackendIdleConnSeconds float64 `yaml:"backend_idle_conn_seconds"`
 	// ReadHeaderSeconds bounds reading a client's request headers (default 10).
 	ReadHeaderSeconds float64 `yaml:"read_header_seconds"`
-	// ReadBodySeconds bounds reading a client's request body (default 60). Exceeded:
+	// ReadBodySeconds bounds reading a client's request body (default 60), from the
+	// start of the handler; it also bounds the server's discard of a body left unread
+	// after an earlier answer (a refused method or path, an ops path, a 413). Exceeded:
 	// JSON 408 and the connection is closed.
 	ReadBodySeconds float64 `yaml:"read_body_seconds"`
 	// ClientIdleSeconds closes idle keep-alive client connections (default 60).
