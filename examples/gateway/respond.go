@@ -77,6 +77,12 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	// (a forged X-Agent-Serve-Outcome on a response the gateway sets none on) go (ownheaders.go).
 	stripOwnHeaders(resp.Header)
 	stripOwnTrailers(resp) // and as trailers (ownheaders.go)
+	// No Content-Type from the backend: none from the gateway either. A present key with
+	// no value stops both servers from sniffing one from the first body bytes (net/http's
+	// rule); ReverseProxy copies only the fields the backend sent.
+	if _, ok := resp.Header["Content-Type"]; !ok && st.ow.ResponseWriter != nil {
+		st.ow.Header()["Content-Type"] = nil
+	}
 	// Trailers the backend sends undeclared come with the end of the body (ServeHTTP
 	// removes the own ones after the copy): possible on a body of unknown length, or
 	// over HTTP/2.
