@@ -249,7 +249,7 @@ func failover(ctx context.Context, k proxyKind, dir string, tab *table) error {
 			}
 		}
 		tab.set(k.name, "failover: client errors", count(sum.errors), false)
-		tab.set(k.name, "failover: sessions on the killed backend", count(affected), true)
+		tab.set(k.name, "failover: sessions on the killed backend (placement, not compared)", placed(affected), true)
 		tab.set(k.name, "failover: cold turns per affected session", ratioCell(float64(cold), float64(affected)), false)
 		tab.set(k.name, "failover: sessions moved back after restart", count(movedBack), false)
 		tab.set(k.name, "failover: p99 latency (whole run)", ms(sum.p99), false)

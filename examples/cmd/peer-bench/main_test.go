@@ -57,12 +57,16 @@ func TestTablePrintsRatios(t *testing.T) {
 	tab.set("gateway", "errors", count(0), false)
 	tab.set("haproxy", "errors", count(0), false)
 	tab.set("nginx", "errors", count(2), false)
+	tab.set("gateway", "placed", placed(10), true)
+	tab.set("haproxy", "placed", placed(14), true)
+	tab.set("nginx", "placed", placed(5), true)
 	var out bytes.Buffer
 	tab.print(&out)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 4)
+	require.Len(t, lines, 5)
 	assert.Equal(t, "| cpu | 120 µs | 40 µs | 60 µs | 3.00x | 2.00x |", lines[2])
 	assert.Equal(t, "| errors | 0 | 0 | 2 | = | 0.00x |", lines[3])
+	assert.Equal(t, "| placed | 10 | 14 | 5 | n/a | n/a |", lines[4], "a figure of the run, not of the proxy: no ratio")
 }
 
 func TestCPUTicksOfThisProcess(t *testing.T) {

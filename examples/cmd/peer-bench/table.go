@@ -53,19 +53,29 @@ func summarize(res [][]turnResult, from, to int) summary {
 type cell struct {
 	v    float64
 	text string
+	// context marks a figure that describes the run rather than the proxy (how many
+	// sessions consistent hashing happened to put on the killed backend): no ratio.
+	context bool
 }
 
-func pct(f float64) cell      { return cell{f, fmt.Sprintf("%.1f %%", 100*f)} }
-func ms(d time.Duration) cell { return cell{float64(d), fmt.Sprintf("%.1f ms", float64(d)/1e6)} }
-func us(d time.Duration) cell { return cell{float64(d), fmt.Sprintf("%.0f µs", float64(d)/1e3)} }
-func count(n int) cell        { return cell{float64(n), fmt.Sprint(n)} }
-func num(f float64) cell      { return cell{f, fmt.Sprintf("%.0f", f)} }
-func dec(f float64) cell      { return cell{f, fmt.Sprintf("%.2f", f)} }
+// placed is a count that describes the run: printed, never compared.
+func placed(n int) cell { return cell{v: float64(n), text: fmt.Sprint(n), context: true} }
+
+func pct(f float64) cell { return cell{v: f, text: fmt.Sprintf("%.1f %%", 100*f)} }
+func ms(d time.Duration) cell {
+	return cell{v: float64(d), text: fmt.Sprintf("%.1f ms", float64(d)/1e6)}
+}
+func us(d time.Duration) cell {
+	return cell{v: float64(d), text: fmt.Sprintf("%.0f µs", float64(d)/1e3)}
+}
+func count(n int) cell   { return cell{v: float64(n), text: fmt.Sprint(n)} }
+func num(f float64) cell { return cell{v: f, text: fmt.Sprintf("%.0f", f)} }
+func dec(f float64) cell { return cell{v: f, text: fmt.Sprintf("%.2f", f)} }
 func ratioCell(a, b float64) cell {
 	if b == 0 {
-		return cell{0, "-"}
+		return cell{v: 0, text: "-"}
 	}
-	return cell{a / b, fmt.Sprintf("%.2f", a/b)}
+	return cell{v: a / b, text: fmt.Sprintf("%.2f", a/b)}
 }
 
 type table struct {
@@ -111,6 +121,8 @@ func (t *table) print(w io.Writer) {
 			switch {
 			case !ok || !pok:
 				line = append(line, "")
+			case prod.context || pv.context:
+				line = append(line, "n/a")
 			case pv.v == 0 && prod.v == 0:
 				line = append(line, "=")
 			case pv.v == 0 || math.IsNaN(prod.v/pv.v):
