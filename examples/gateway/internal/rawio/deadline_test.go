@@ -57,7 +57,7 @@ func TestDeadlineMovedLater(t *testing.T) {
 				require.NoError(t, set(next))
 				start := time.Now()
 				if tc.write {
-					checkWrite(t, c, peer, next, start, wrap)
+					checkWrite(t, c, peer, next, wrap)
 				} else {
 					checkRead(t, c, peer, next, start, wrap)
 				}
@@ -85,7 +85,7 @@ func checkRead(t *testing.T, c, peer net.Conn, deadline, start time.Time, wrap b
 // checkWrite writes 16 MiB to c, more than the socket buffers hold, while the peer
 // starts reading at 2*late: with a deadline the write fails at it having written
 // part, without one everything arrives.
-func checkWrite(t *testing.T, c, peer net.Conn, deadline, start time.Time, wrap bool) {
+func checkWrite(t *testing.T, c, peer net.Conn, deadline time.Time, wrap bool) {
 	var got int64
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -112,7 +112,6 @@ func checkWrite(t *testing.T, c, peer net.Conn, deadline, start time.Time, wrap 
 	<-gate
 	wg.Wait()
 	assert.Equal(t, int64(n), got, "the bytes Write reports written arrived")
-	_ = start
 }
 
 // TestDeadlineMovedEarlier: a deadline set earlier than the armed one, from another
