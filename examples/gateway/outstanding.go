@@ -61,6 +61,28 @@ type schedLife struct {
 	// removed), and the others that had outstanding load when a reload last looked.
 	// Each once. Replaced, never modified, under reloadMu; read by scrapes at any time.
 	ids atomic.Pointer[[]string]
+	// next is the life of the Scheduler a reload's affinity change put in this one's place
+	// (nil while this one is current): a binding a request pinned on an older snapshot
+	// makes here after the reload copied the table is forwarded to it (forward).
+	next atomic.Pointer[schedLife]
+}
+
+// forward stores the binding of session (a binding key: scoped by tenant when tenants
+// are) in tier to backendID in every Scheduler that replaced l's, unless one holds a
+// binding for the key already, as copyLateBindings does. A request that made the binding
+// on l's Scheduler after a reload's copyLateBindings read it would lose it otherwise
+// (tester46: a first turn during a reload, its second turn a miss, and a move when
+// weights changed too): the request stores it, then loads next; the reload stores next,
+// then reads the table; each side locks the table, so one of them sees the other.
+// Cost: one atomic load when l is current; a table Get (and Bind) per newer Scheduler
+// otherwise. Safe for concurrent use.
+func (l *schedLife) forward(session, tier, backendID string) {
+	for n := l.next.Load(); n != nil; n = n.next.Load() {
+		tt := n.sched.Table()
+		if _, ok := tt.Get(session, tier); !ok {
+			_ = tt.Bind(session, tier, backendID) // a tier whose TTL is now 0 stores nothing
+		}
+	}
 }
 
 // newLife returns the use of sched by its first snapshot rt (not yet published).

@@ -63,7 +63,10 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     one left out is counted once as an eviction; the log's bindings_copied is how many
 //     the new table held after the snapshot copy plus the late bindings stored after it,
 //     each of which at the cap evicts an older one, so at the cap it can exceed what the
-//     table holds); the new
+//     table holds); a request in flight on the old configuration that places its session
+//     after the copy stores its binding in the new Scheduler too, unless one is there
+//     (schedLife.forward); a reload waits for a binding snapshot being loaded
+//     ([Gateway.LoadBindings], the start-up load) and copies what it restored; the new
 //     Scheduler's Stats count from the reload on (the Prometheus counters continue),
 //     and the outstanding-load gauges keep counting the old one's requests until they
 //     end (outstanding.go);
@@ -207,7 +210,10 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 	g.rt.Store(rt)
 	rt.life.prune(rt) // after the store: a request on a snapshot it drops has unpinned (pin)
 	g.pruneRetired()
-	if migrate { // bindings made on the old scheduler while the copy ran
+	if migrate {
+		// Bindings made on the old scheduler while the copy ran; requests still on an old
+		// snapshot forward the ones they make from now on (schedLife.forward).
+		old.life.next.Store(rt.life)
 		moved += copyLateBindings(old.sched, rt.sched, copied)
 	}
 

@@ -54,7 +54,10 @@ func (g *Gateway) saveBindings(path string) (affinity.SnapshotWriteStats, error)
 // nothing; so does a file larger than [MaxSnapshotBytes] of the configuration, which is
 // not read (decision: such a file cannot have been written with these limits, and reading
 // it would cost memory and start-up time in proportion to its size).
-// Memory: the bindings it stores and a 64 KiB buffer, never the whole file.
+// Memory: the bindings it stores and a 64 KiB buffer, never the whole file. Safe for
+// concurrent use: a [Gateway.Reload] waits for it (one that built a new Scheduler
+// meanwhile would copy the table before the load filled it, and the load would then fill
+// the retired one: tester46, a SIGHUP during the start-up load lost every binding).
 func (g *Gateway) LoadBindings(path string) (int, error) {
 	st, err := g.loadBindings(path)
 	if err != nil {
@@ -73,6 +76,8 @@ func (g *Gateway) loadBindings(path string) (affinity.SnapshotRestoreStats, erro
 		return affinity.SnapshotRestoreStats{}, fmt.Errorf("gateway: load bindings: %w", err)
 	}
 	defer f.Close()
+	g.reloadMu.Lock() // see LoadBindings
+	defer g.reloadMu.Unlock()
 	rt := g.state()
 	if fi, err := f.Stat(); err != nil {
 		return affinity.SnapshotRestoreStats{}, fmt.Errorf("gateway: load bindings: %w", err)
