@@ -246,6 +246,11 @@
 //     existing file other than a snapshot (non-empty and not starting with "SAFSNAP"):
 //     a bad path is [ErrBindingSnapshot] at start or reload, not bindings or a file lost
 //     at shutdown.
+//   - Serve holds an exclusive lock on path+[SnapshotLockSuffix] (flock, on Unix) from
+//     before the load until after the save; when another process holds it (the gateway
+//     being replaced, still draining, or another one given the same path) Serve waits
+//     for it, at most drain_seconds + 10 s, then loads what that one saved, or returns
+//     [ErrSnapshotInUse] with the file untouched: one gateway per snapshot file.
 //   - affinity.max_session_id_bytes is at most [SessionIDBytesCap], the longest
 //     session ID a snapshot holds less the tenant tag.
 //

@@ -24,6 +24,7 @@ type options struct {
 	loadTicks    <-chan time.Time
 	now          func() time.Time
 	firstScrape  time.Duration // the load scrape's first-scrape timeout (0: firstScrapeTimeout); tests
+	snapLockWait time.Duration // the longest wait for binding_snapshot's lock (0: drain_seconds + 10 s); tests
 }
 
 type optionFunc func(*options)
@@ -96,4 +97,10 @@ func WithClock(c affinity.Clock) Option {
 // still capped by the health timeout (tests, export_test.go).
 func withFirstScrapeTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.firstScrape = d })
+}
+
+// withSnapshotLockWait sets the longest wait of Serve for binding_snapshot's lock (0:
+// drain_seconds + 10 s; tests, export_test.go).
+func withSnapshotLockWait(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.snapLockWait = d })
 }

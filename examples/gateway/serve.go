@@ -158,6 +158,16 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	var keep error // loaded holds a file that must not be saved over
 	if loaded != "" {
 		g.phase.Store(phaseStarting)
+		unlock, err := g.lockSnapshot(ctx, loaded) // snapshot_lock.go; held until after the save
+		if err != nil {
+			_ = ln.Close()
+			if ctx.Err() != nil {
+				g.log.Info("shut down while waiting for the binding_snapshot lock: nothing loaded or saved", "path", loaded)
+				return nil
+			}
+			return err
+		}
+		defer unlock()
 		keep = g.loadAtStart(loaded) // snapshot_damaged.go
 	}
 	g.phase.Store(phaseServing)
