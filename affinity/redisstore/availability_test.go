@@ -82,6 +82,36 @@ func TestPing(t *testing.T) {
 	}
 }
 
+// TestStartupCheckBounded: the startup check, New then Ping, takes at most
+// dial_timeout_seconds (plus a margin for a loaded test machine), also against a server
+// that accepts connections and never answers (a hung or SIGSTOPped Redis). New waits
+// for nothing: it used to open the subscription's connection itself, whose handshake
+// waited the dial timeout before Ping waited its own, twice the documented bound.
+func TestStartupCheckBounded(t *testing.T) {
+	const dial = time.Second
+	for _, tc := range []struct {
+		name string
+		addr func(*testing.T) string
+	}{
+		{"silent", silentServer},
+		{"nothing listening", func(t *testing.T) string { srv := redistest.Start(t); srv.Stop(); return srv.Addr() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := tc.addr(t)
+			start := time.Now()
+			st, err := redisstore.New(redisstore.Config{Address: addr, DialTimeoutSeconds: dial.Seconds()})
+			require.NoError(t, err)
+			defer st.Close()
+			tookNew := time.Since(start)
+			err = st.Ping(context.Background())
+			took := time.Since(start)
+			require.Error(t, err)
+			require.Less(t, took, dial*8/5, "New and Ping took more than dial_timeout_seconds")
+			require.Less(t, tookNew, dial/2, "New waited for Redis")
+		})
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for concurrent use (the Store logs from its
 // goroutines).
 type syncBuffer struct {

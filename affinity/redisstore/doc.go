@@ -155,10 +155,11 @@
 //   - One Store serves one Scheduler at a time: each affinity.New with its options
 //     registers the new Scheduler's invalidation and resync callbacks in place of the
 //     previous ones.
-//   - A subscription that succeeds at once at [New] is no resync; one that comes up only
-//     after failed receives (Redis down at startup) is one: the Scheduler's claims may
-//     have reached Redis before the subscriber's next attempt (it waits
-//     retry_after_seconds between them), so invalidations may have been missed even then.
+//   - The first subscription (started by [New], in the background) is no resync when it
+//     succeeds at once; one that comes up only after failed receives (Redis down at
+//     startup) is one: the Scheduler's claims may have reached Redis before the
+//     subscriber's next attempt (it waits retry_after_seconds between them), so
+//     invalidations may have been missed even then.
 //
 // # Concurrency and goroutines
 //

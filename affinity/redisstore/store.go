@@ -81,9 +81,11 @@ type Store struct {
 }
 
 // New validates cfg and returns a Store with its background goroutines running. It does
-// not wait for Redis: a server that is down now is retried in the background and every
-// request-path call fails fast until it is back (see [Store.Ping] to check at startup,
-// and [WithLogger] for the availability log).
+// not wait for Redis, not even for the subscription's connection (the subscriber
+// goroutine opens it): a server that is down or hung now is retried in the background
+// and every request-path call fails fast until it is back (see [Store.Ping] to check at
+// startup, bounded by the dial timeout alone, and [WithLogger] for the availability
+// log).
 // Errors wrap ErrInvalidConfig.
 func New(cfg Config, opts ...Option) (*Store, error) {
 	r, err := cfg.resolve()
@@ -121,7 +123,11 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.ps = s.client.Subscribe(ctx, s.channel)
+	// No channel here: go-redis would open the subscription's connection at once, and
+	// its handshake waits up to the dial timeout on a server that accepts and never
+	// answers, doubling the startup check (New, then Ping). The subscriber goroutine
+	// subscribes.
+	s.ps = s.client.Subscribe(ctx)
 	s.done.Add(2)
 	go s.subscribe(ctx, s.ps)
 	go s.refreshLoop(ctx)

@@ -26,7 +26,7 @@ func (s *Store) Watch(fn func(key affinity.StoreKey, backendID string)) {
 // goroutine each time the subscription is re-established after a receive error (Redis
 // restarted, a connection dropped), once Redis has confirmed the new SUBSCRIBE, so that
 // invalidations flow again before the refreshes fn triggers are sent. Not called for the
-// subscription made by [New] when it succeeds at once. As with Watch, fn replaces the
+// first subscription (which [New] starts in the background) when it succeeds at once. As with Watch, fn replaces the
 // function registered before. Safe for concurrent use; O(1).
 func (s *Store) WatchResync(fn func()) {
 	s.mu.Lock()
@@ -63,13 +63,18 @@ func (s *Store) notify(key affinity.StoreKey, backend string) {
 	}
 }
 
-// subscribe delivers invalidations until ctx ends. go-redis reconnects and resubscribes
+// subscribe subscribes to the invalidation channel (in this goroutine, so that New does
+// not wait for Redis) and delivers invalidations until ctx ends. go-redis reconnects and resubscribes
 // after a connection loss; messages published meanwhile are lost. The first
 // subscription confirmed after a receive error calls resynced, so that the Scheduler
 // refreshes each binding on its next hit and a stale local copy is corrected then
 // (without it, only by the session's next periodic refresh, up to TTL/8 later).
 func (s *Store) subscribe(ctx context.Context, ps *redis.PubSub) {
 	defer s.done.Done()
+	// Connects (bounded by the dial timeout) and sends SUBSCRIBE. Its error needs no
+	// handling here: the channel is recorded anyway, so the first Receive below
+	// reconnects and resubscribes, or fails and is handled as any failed receive.
+	_ = ps.Subscribe(ctx, s.channel)
 	lost := false      // a receive failed since the last confirmed subscription
 	warned := false    // and its WARN was logged
 	confirmed := false // a subscription was confirmed once

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -133,4 +134,26 @@ func TestStoreStartUnreachable(t *testing.T) {
 			require.Contains(t, log, "bindings shared on Redis")
 		})
 	}
+}
+
+// TestStoreStartBounded: against a Redis that accepts connections and never answers (a
+// hung or SIGSTOPped server), New logs "Redis unreachable at start" within
+// store.dial_timeout_seconds, as docs/fleet.md says (plus a margin for a loaded test
+// machine), not twice that (the store used to open its subscription's connection
+// before the Ping, each waiting the dial timeout).
+func TestStoreStartBounded(t *testing.T) {
+	const dial = time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	defer ln.Close()
+	cfg, err := gateway.ParseConfig([]byte(minimal + "store: {address: '" + ln.Addr().String() + "', dial_timeout_seconds: 1}\n"))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	start := time.Now()
+	g, err := gateway.New(cfg, gateway.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	took := time.Since(start)
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.Contains(t, buf.String(), "gateway: Redis unreachable at start")
+	require.Less(t, took, dial*8/5, "the start-up check took more than dial_timeout_seconds")
 }
