@@ -28,8 +28,9 @@ func (c Config) validateStore() error {
 
 // openStore creates the shared binding store of the store: block (nil without one) and
 // returns the Scheduler options that put it behind the binding table. The store counts
-// its background failures in the gateway's recorder (agentserve_affinity_store_errors_total)
-// and logs its availability changes on the gateway's logger.
+// its background failures and the keys its calls repaired in the gateway's recorder
+// (agentserve_affinity_store_errors_total) and logs its availability changes on the
+// gateway's logger.
 //
 // It checks Redis once (Store.Ping, bounded by store.dial_timeout_seconds): settings
 // Redis refuses (credentials, db) are a configuration error and the gateway does not

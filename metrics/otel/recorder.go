@@ -29,8 +29,10 @@ const (
 	// ratio is the tier's achieved reuse.
 	MetricPromptTokens       = "agentserve.affinity.prompt_tokens"        // Int64Counter {tier}
 	MetricCachedPromptTokens = "agentserve.affinity.cached_prompt_tokens" // Int64Counter {tier}
-	// MetricStoreErrors counts failed calls to a shared binding store, each of which made
-	// the Scheduler decide from its local table ([metrics.StoreRecorder]).
+	// MetricStoreErrors counts failed calls to a shared binding store (a request-path
+	// call made the Scheduler decide from its local table) and calls that succeeded but
+	// repaired a key holding no binding (redisstore: a wrong Redis type or an over-long
+	// value; answered by the store, not decided locally), by op ([metrics.StoreRecorder]).
 	MetricStoreErrors = "agentserve.affinity.store_errors" // Int64Counter {op}
 )
 
@@ -190,7 +192,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Recorder, error) {
 	r.parent = counter(MetricParentPlaced, "{request}", "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier.")
 	r.prompt = counter(MetricPromptTokens, "{token}", "Prompt tokens of affinity hits whose backend reported usage with cached tokens, by tier.")
 	r.cached = counter(MetricCachedPromptTokens, "{token}", "Prompt tokens of affinity hits the backend served from its prefix cache, by tier.")
-	r.storeErrors = counter(MetricStoreErrors, "{call}", "Failed calls to the shared binding store (each decided from the local table instead), by op.")
+	r.storeErrors = counter(MetricStoreErrors, "{call}", "Failed calls to the shared binding store: request-path calls (each decided from the local table instead), background refreshes and the subscription; plus calls that succeeded but repaired a key holding no binding (a wrong type or an over-long value: answered by the store, the key overwritten or deleted), by op.")
 	r.ops = storeOps()
 	if err != nil {
 		return nil, err
@@ -258,9 +260,9 @@ func (r *Recorder) Usage(tier string, promptTokens, cachedPromptTokens int64) {
 	r.cached.Add(context.Background(), cached, ta.tier...)
 }
 
-// StoreError counts one failed call to the shared binding store; op is one of the
-// metrics.StoreOp* values (any other value is counted as "other", so the attribute stays
-// bounded). It implements [metrics.StoreRecorder]. 0 allocs.
+// StoreError counts one failed call to the shared binding store, or one key a
+// successful call repaired; op is one of the metrics.StoreOp* values (any other value is
+// counted as "other", so the attribute stays bounded). It implements [metrics.StoreRecorder]. 0 allocs.
 func (r *Recorder) StoreError(op string) {
 	opts, ok := r.ops[op]
 	if !ok {

@@ -28,8 +28,10 @@ const (
 	// MetricParentPlaced counts first turns placed on the parent session's backend
 	// (metrics.ParentRecorder); they are also counted in MetricMisses.
 	MetricParentPlaced = "agentserve_affinity_parent_placed_total" // counter {tier}
-	// MetricStoreErrors counts failed calls to a shared binding store (each one decided
-	// locally instead), by op: claim, rebind, refresh, forget, watch.
+	// MetricStoreErrors counts failed calls to a shared binding store (a request-path
+	// call is decided locally instead) and calls that succeeded but repaired a key
+	// holding no binding (redisstore: a wrong Redis type or an over-long value; answered
+	// by the store, not decided locally), by op: claim, rebind, refresh, forget, watch.
 	MetricStoreErrors = "agentserve_affinity_store_errors_total" // counter {op}
 )
 
@@ -189,7 +191,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Recorder, error) {
 			Help: "First turns of a subagent session placed on its parent session's backend (also counted as misses), by tier."},
 			[]string{LabelTier}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricStoreErrors,
-			Help: "Failed calls to the shared binding store (Redis), each one decided from the local table instead, by op."},
+			Help: "Failed calls to the shared binding store (Redis): request-path calls (each one decided from the local table instead), background refreshes and the subscription; plus calls that succeeded but repaired a key holding no binding (a wrong Redis type or an over-long value: answered by Redis, the key overwritten or deleted), by op."},
 			[]string{LabelOp}),
 	}
 	bindings := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricBindings,

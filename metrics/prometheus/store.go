@@ -6,9 +6,10 @@ import "github.com/agentserve/sessionaffinity/metrics"
 var storeOps = [...]string{metrics.StoreOpClaim, metrics.StoreOpRebind, metrics.StoreOpRefresh, metrics.StoreOpForget, metrics.StoreOpWatch}
 
 // StoreError implements metrics.StoreRecorder: it counts one failed call to a shared
-// binding store in agentserve_affinity_store_errors_total{op}. An op outside the
-// metrics.StoreOp* values is counted as "other" (the label stays bounded). Safe for
-// concurrent use; one label lookup and an atomic add.
+// binding store, or one key a successful call repaired, in
+// agentserve_affinity_store_errors_total{op}. An op outside the metrics.StoreOp* values
+// is counted as "other" (the label stays bounded). Safe for concurrent use; one label
+// lookup and an atomic add.
 func (r *Recorder) StoreError(op string) {
 	switch op {
 	case metrics.StoreOpClaim, metrics.StoreOpRebind, metrics.StoreOpRefresh, metrics.StoreOpForget, metrics.StoreOpWatch:

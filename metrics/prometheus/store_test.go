@@ -23,7 +23,7 @@ func TestStoreErrors(t *testing.T) {
 	sr.StoreError(metrics.StoreOpRefresh)
 	sr.StoreError("bogus")
 	want := `
-# HELP agentserve_affinity_store_errors_total Failed calls to the shared binding store (Redis), each one decided from the local table instead, by op.
+# HELP agentserve_affinity_store_errors_total Failed calls to the shared binding store (Redis): request-path calls (each one decided from the local table instead), background refreshes and the subscription; plus calls that succeeded but repaired a key holding no binding (a wrong Redis type or an over-long value: answered by Redis, the key overwritten or deleted), by op.
 # TYPE agentserve_affinity_store_errors_total counter
 agentserve_affinity_store_errors_total{op="claim"} 2
 agentserve_affinity_store_errors_total{op="forget"} 0
