@@ -157,6 +157,11 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if rt.tenants != nil && rt.tenants.secret == nil {
 		g.log.Warn("tenant scoping without a secret: tenant hashes are unkeyed SHA-256; set the variable to a random per-deployment value",
 			"secret_env", cfg.Tenant.SecretEnv)
+	} else if n := len(rt.tenants.key()); rt.tenants != nil && n < MinTenantSecretBytes {
+		// Decision: warn, not refuse (tester46: a 1-byte secret started silently); a short
+		// key still keys the hashes, and refusing would break deployments that start today.
+		g.log.Warn("tenant secret is short: use 32 random bytes (RFC 2104 discourages HMAC keys shorter than the hash output)",
+			"secret_env", cfg.Tenant.SecretEnv, "bytes", n, "want", MinTenantSecretBytes)
 	}
 	g.now = o.now
 	if g.now == nil {

@@ -53,7 +53,11 @@ type TenantConfig struct {
 	// identity when the tenant header is absent.
 	APIKey bool `yaml:"api_key"`
 	// SecretEnv names the environment variable holding the HMAC-SHA256 key (any bytes;
-	// use 32 random ones). Default AGENTSERVE_TENANT_SECRET when a source is configured.
+	// use 32 random ones: a shorter one, [MinTenantSecretBytes], is logged as a warning
+	// at startup). Default AGENTSERVE_TENANT_SECRET when a source is configured. A
+	// gateway restarted with another secret finds none of its saved or shared tenant
+	// bindings, and cannot tell (it keeps no trace of the secret): each tenant session is
+	// placed again on its next turn.
 	// A name that is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, e.g.
 	// "A B") is [ErrTenantConfig]: no variable could be set under it, so the hashes
 	// would be unkeyed for ever.
@@ -74,6 +78,10 @@ type TenantConfig struct {
 // enabled reports whether a tenant source is configured.
 func (c TenantConfig) enabled() bool { return c.APIKey || c.Header != "" }
 
+// MinTenantSecretBytes is the shortest tenant secret [New] accepts without a warning: the
+// output length of SHA-256, under which RFC 2104 (section 3) discourages HMAC keys.
+const MinTenantSecretBytes = 32
+
 // tenants derives the tenant tags of requests. Safe for concurrent use (immutable).
 type tenants struct {
 	cfg    TenantConfig
@@ -90,6 +98,14 @@ func newTenants(cfg TenantConfig) *tenants {
 		t.secret = []byte(v)
 	}
 	return t
+}
+
+// key returns the HMAC key (nil for a nil t or no secret).
+func (t *tenants) key() []byte {
+	if t == nil {
+		return nil
+	}
+	return t.secret
 }
 
 // anonymousTenant is the identity of requests that carry none: no header value or API
