@@ -380,6 +380,20 @@ func checkSnapshotPath(path string, noLoad bool, head func(string) (string, erro
 			}
 		}
 	}
+	// The lock Serve takes (snapshot_lock.go), when one is there already: checked here so
+	// that a lock file Serve could not open is a config error at start, not an exit
+	// after "gateway listening" (tester48).
+	lock := path + SnapshotLockSuffix
+	if fi, err := os.Stat(lock); err == nil {
+		if !fi.Mode().IsRegular() {
+			return invalid(ErrBindingSnapshot, "binding_snapshot: lock file %q is %s; want a regular file, or none (it is created)", lock, fileKind(fi.Mode()))
+		}
+		lf, err := os.Open(lock)
+		if err != nil {
+			return invalid(ErrBindingSnapshot, "binding_snapshot: lock file %q cannot be opened (%v): let the gateway's user read it, or remove it while no gateway runs", lock, err)
+		}
+		_ = lf.Close()
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".check*")
 	if err != nil {

@@ -78,10 +78,11 @@ func (st *route) acquire(cands []affinity.Backend) (*backend, bool, error) {
 	if err == nil {
 		st.mu.Lock()
 		st.placed = true
-		stored := st.lease.Outcome != affinity.OutcomeHit // miss, rebind or spill: Acquire stored a binding
+		out := st.lease.Outcome
 		st.mu.Unlock()
-		if stored {
-			st.rt.life.forward(st.session, st.tier, b.id) // a reload may have copied the table before it
+		if out != affinity.OutcomeHit { // miss, rebind or spill: Acquire stored a binding
+			// A reload may have copied the table before it (schedLife.forward).
+			st.rt.life.forward(st.session, st.tier, b.id, out != affinity.OutcomeMiss)
 		}
 	}
 	return b, hit, err

@@ -68,19 +68,27 @@ type schedLife struct {
 }
 
 // forward stores the binding of session (a binding key: scoped by tenant when tenants
-// are) in tier to backendID in every Scheduler that replaced l's, unless one holds a
-// binding for the key already, as copyLateBindings does. A request that made the binding
-// on l's Scheduler after a reload's copyLateBindings read it would lose it otherwise
-// (tester46: a first turn during a reload, its second turn a miss, and a move when
-// weights changed too): the request stores it, then loads next; the reload stores next,
-// then reads the table; each side locks the table, so one of them sees the other.
-// Cost: one atomic load when l is current; a table Get (and Bind) per newer Scheduler
-// otherwise. Safe for concurrent use.
-func (l *schedLife) forward(session, tier, backendID string) {
+// are) in tier to backendID, just made on l's Scheduler, in every Scheduler that
+// replaced l's. A new binding (moved false: a miss) is stored where the key has none, as
+// copyLateBindings does; a moved one (a rebind or spill, which replaced the key's
+// binding) replaces what the newer table holds, which is the binding it replaced, copied
+// by the reload (tester48: kept, it sent the next turn back to the backend the request
+// had left, or rebound it again). A request that made the binding on l's Scheduler
+// after a reload's copyLateBindings read it would lose it otherwise (tester46: a first
+// turn during a reload, its second turn a miss, and a move when weights changed too):
+// the request stores it, then loads next; the reload stores next, then reads the table;
+// each side locks the table, so one of them sees the other. Decision: a concurrent
+// turn of the same session placed on the newer Scheduler meanwhile may be overwritten by
+// a moved binding (agent sessions send one turn at a time). Cost: one atomic load when
+// l is current; a table Get or Bind per newer Scheduler otherwise. Safe for concurrent
+// use.
+func (l *schedLife) forward(session, tier, backendID string, moved bool) {
 	for n := l.next.Load(); n != nil; n = n.next.Load() {
 		tt := n.sched.Table()
-		if _, ok := tt.Get(session, tier); !ok {
+		if moved {
 			_ = tt.Bind(session, tier, backendID) // a tier whose TTL is now 0 stores nothing
+		} else if _, ok := tt.Get(session, tier); !ok {
+			_ = tt.Bind(session, tier, backendID)
 		}
 	}
 }

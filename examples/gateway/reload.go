@@ -64,8 +64,9 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //     the new table held after the snapshot copy plus the late bindings stored after it,
 //     each of which at the cap evicts an older one, so at the cap it can exceed what the
 //     table holds); a request in flight on the old configuration that places its session
-//     after the copy stores its binding in the new Scheduler too, unless one is there
-//     (schedLife.forward); a reload waits for a binding snapshot being loaded
+//     after the copy stores its binding in the new Scheduler too (a new one unless one is
+//     there, a rebind or spill in place of the binding it replaced: schedLife.forward); a
+//     reload waits for a binding snapshot being loaded
 //     ([Gateway.LoadBindings], the start-up load) and copies what it restored; the new
 //     Scheduler's Stats count from the reload on (the Prometheus counters continue),
 //     and the outstanding-load gauges keep counting the old one's requests until they
@@ -283,6 +284,11 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 		g.log.Warn("tenant cache_salt changed: the vLLM prefix-cache key of every salted request changed, so "+
 			"their cached prefixes go cold (recomputed once on the same backend); sessions do not move",
 			"cache_salt_before", old.cfg.Tenant.CacheSalt, "cache_salt_after", salt)
+	}
+	if p := rt.cfg.BindingSnapshot; p != old.cfg.BindingSnapshot && p != "" {
+		// Serve locks the path named at start only (snapshot_lock.go; tester48).
+		g.log.Warn("binding_snapshot changed: the bindings are saved to the new path at shutdown without its lock (Serve takes it at start only); no other gateway may use that file",
+			"from", old.cfg.BindingSnapshot, "to", p)
 	}
 	weights, tiers, urls := backendChanges(old, rt)
 	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", logList(added), "removed", logList(removed),

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -86,6 +87,65 @@ func TestReloadKeepsBindingsOfRequestsInFlight(t *testing.T) {
 				require.True(t, ok, sess)
 				assert.Equal(t, first, b, sess)
 				require.NoError(t, g.Reload(base)) // for the next session's reloads
+			}
+		})
+	}
+}
+
+// A session whose backend a reload removed, rebound by a request that started before a
+// second reload that builds a new Scheduler (which copied the old binding, to the
+// removed backend), keeps the new binding: its next turn is a hit where the rebind
+// went (tester48: the copied binding stayed, so the next turn was rebound again, often
+// to another backend).
+func TestReloadKeepsRebindOfRequestInFlight(t *testing.T) {
+	urls := jsonBackends(t, 3)
+	ids := []string{"b0", "b1", "b2"}
+	all := yamlConfig(t, urls, ids, []float64{1, 1, 1}, "")
+	for _, gone := range ids {
+		t.Run("without "+gone, func(t *testing.T) {
+			var keepURLs, keepIDs []string
+			for i, id := range ids {
+				if id != gone {
+					keepURLs, keepIDs = append(keepURLs, urls[i]), append(keepIDs, id)
+				}
+			}
+			without := yamlConfig(t, keepURLs, keepIDs, []float64{1, 1}, "")
+			rebuilt := yamlConfig(t, keepURLs, keepIDs, []float64{1, 1}, "affinity: {sticky_ttl_seconds: 900}\n")
+			g, err := gateway.New(all)
+			require.NoError(t, err)
+			t.Cleanup(g.Close)
+			var sessions []string // bound to gone
+			for i := 0; len(sessions) < 4; i++ {
+				require.Less(t, i, 400, "HRW put no session on %s", gone)
+				s := fmt.Sprintf("rb-%s-%d", gone, i)
+				if send(t, g, s).Header().Get(gateway.HeaderBackend) == gone {
+					sessions = append(sessions, s)
+				}
+			}
+			require.NoError(t, g.Reload(without)) // no new Scheduler: the bindings to gone stay
+			for _, sess := range sessions {
+				pr, pw := io.Pipe()
+				body := &firstRead{Reader: pr, reading: make(chan struct{})}
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", body)
+				req.ContentLength = -1
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Session-ID", sess)
+				rec := httptest.NewRecorder()
+				done := make(chan struct{})
+				go func() { defer close(done); g.ServeHTTP(rec, req) }()
+				<-body.reading
+				require.NoError(t, g.Reload(rebuilt)) // copies the binding to gone
+				_, _ = io.Copy(pw, strings.NewReader(`{"model":"m"}`))
+				require.NoError(t, pw.Close())
+				<-done
+				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+				require.Equal(t, "rebind", rec.Header().Get(gateway.HeaderOutcome), sess)
+				moved := rec.Header().Get(gateway.HeaderBackend)
+
+				next := send(t, g, sess)
+				assert.Equal(t, "hit", next.Header().Get(gateway.HeaderOutcome), "%s: the turn after the rebind", sess)
+				assert.Equal(t, moved, next.Header().Get(gateway.HeaderBackend), "%s: stays where the rebind put it", sess)
+				require.NoError(t, g.Reload(without)) // for the next session: a new Scheduler again
 			}
 		})
 	}

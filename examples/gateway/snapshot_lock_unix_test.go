@@ -125,3 +125,38 @@ func TestServeWaitsForSnapshotLock(t *testing.T) {
 		assert.Equal(t, before, after, "nothing loaded or saved")
 	})
 }
+
+// A lock file that is not a regular file is a config error naming it, at New and at a
+// reload that names that path (tester48: Serve exited after "gateway listening").
+func TestSnapshotLockFileChecked(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "bindings.snap")
+	require.NoError(t, os.Mkdir(snap+gateway.SnapshotLockSuffix, 0o700))
+	cfg := yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+snap+"\n")
+	_, err := gateway.New(cfg)
+	require.ErrorIs(t, err, gateway.ErrBindingSnapshot)
+	assert.Contains(t, err.Error(), snap+gateway.SnapshotLockSuffix)
+	assert.Contains(t, err.Error(), "is a directory")
+
+	g, err := gateway.New(yamlConfig(t, urls, []string{"b0"}, []float64{1}, ""))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.ErrorIs(t, g.Reload(cfg), gateway.ErrBindingSnapshot)
+}
+
+// A reload that names another binding_snapshot path warns that the new file is saved
+// without the lock Serve took at start on the first; one that keeps the path does not.
+func TestReloadWarnsSnapshotPathUnlocked(t *testing.T) {
+	urls := jsonBackends(t, 1)
+	dir := t.TempDir()
+	first := yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+filepath.Join(dir, "a.snap")+"\n")
+	log, logs := captureLogs()
+	g, err := gateway.New(first, gateway.WithLogger(log))
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.NoError(t, g.Reload(yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+filepath.Join(dir, "a.snap")+"\ndrain_seconds: 3\n")))
+	assert.NotContains(t, logs.String(), "binding_snapshot changed")
+	require.NoError(t, g.Reload(yamlConfig(t, urls, []string{"b0"}, []float64{1}, "binding_snapshot: "+filepath.Join(dir, "b.snap")+"\n")))
+	assert.Equal(t, 1, strings.Count(logs.String(), "binding_snapshot changed"))
+}
