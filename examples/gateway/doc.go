@@ -400,7 +400,9 @@
 // [MetricOutstandingCost], same label plus removed backends still draining requests), [MetricRequests] by code_class and source, the
 // gateway's own in-flight figures against limits.max_inflight_* ([MetricInflightRequests],
 // [MetricInflightBytes], no labels: what [Gateway.InFlight] returns),
-// [MetricLoadReportsStale] (no labels), and the Go and process collectors.
+// [MetricLoadReportsStale] (no labels), the configuration reloads by result
+// ([MetricConfigReloads]) and whether the last one was applied
+// ([MetricConfigLastReloadOK]), and the Go and process collectors.
 // With `metrics: {exporter: otel}` the affinity counters are recorded by the
 // metrics/otel adapter on an OpenTelemetry SDK MeterProvider whose only reader is the
 // OTel Prometheus exporter on the same registry (offline, no collector, no goroutine):

@@ -67,11 +67,12 @@ type Gateway struct {
 	recheck   <-chan time.Time
 	sweep     <-chan time.Time // nil: a ticker every cfg.SweepSeconds
 
-	requests *prometheus.CounterVec // MetricRequests (metrics.go)
-	outcomes outcomeCounters        // its children by code class and source (metrics.go)
-	outliers *outliers              // passive outlier detection (outlier.go)
-	limits   limiter                // requests and bytes in flight (limits.go)
-	now      func() time.Time
+	requests    *prometheus.CounterVec // MetricRequests (metrics.go)
+	reloadStats reloadMetrics          // MetricConfigReloads, MetricConfigLastReloadOK (reload_metrics.go)
+	outcomes    outcomeCounters        // its children by code class and source (metrics.go)
+	outliers    *outliers              // passive outlier detection (outlier.go)
+	limits      limiter                // requests and bytes in flight (limits.go)
+	now         func() time.Time
 
 	store     *redisstore.Store // nil: no store: block (store.go)
 	storeOpts []affinity.Option // the store's Scheduler options, given to every Scheduler

@@ -76,6 +76,9 @@ func (g *Gateway) registerGatewayMetrics() error {
 			return err
 		}
 	}
+	if err := g.reloadStats.register(g.reg); err != nil { // reload_metrics.go
+		return err
+	}
 	return g.reg.Register(backendCollector{g})
 }
 

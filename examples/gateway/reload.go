@@ -107,42 +107,58 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 // Cost: O(backends x tiers) plus, for an affinity change, O(bindings).
 func (g *Gateway) Reload(cfg Config) error { return g.reload(cfg, TriggerAPI) }
 
-// reload is [Gateway.Reload] with the trigger its log lines name.
+// reload is [Gateway.Reload] with the trigger its log lines name; it counts the result
+// (reload_metrics.go).
 func (g *Gateway) reload(cfg Config, trigger string) error {
+	unchanged, err := g.apply(cfg, trigger)
+	switch {
+	case err != nil:
+		g.reloadStats.count(reloadRejected)
+	case unchanged:
+		g.reloadStats.count(reloadUnchanged)
+	default:
+		g.reloadStats.count(reloadApplied)
+	}
+	return err
+}
+
+// apply does the work of reload: unchanged reports a config equal to the serving one
+// (nothing applied).
+func (g *Gateway) apply(cfg Config, trigger string) (unchanged bool, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return err
+		return false, err
 	}
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	old := g.state()
 	// A new path is not loaded by a reload: a file there that cannot be read is refused.
 	if err := checkBindingSnapshot(cfg.BindingSnapshot, cfg.BindingSnapshot != old.cfg.BindingSnapshot); err != nil {
-		return err
+		return false, err
 	}
 	if reflect.DeepEqual(cfg, old.cfg) && !old.tenants.rekeys(newTenants(cfg.Tenant)) {
 		g.log.Info("config unchanged; nothing to apply", "trigger", trigger, "backends", len(old.backends))
-		return nil
+		return true, nil
 	}
 	if cfg.Listen != old.cfg.Listen {
-		return fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
+		return false, fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
 	}
 	if cfg.AdminListen != old.cfg.AdminListen {
-		return fmt.Errorf("%w: admin_listen %q -> %q", ErrReloadNeedsRestart, old.cfg.AdminListen, cfg.AdminListen)
+		return false, fmt.Errorf("%w: admin_listen %q -> %q", ErrReloadNeedsRestart, old.cfg.AdminListen, cfg.AdminListen)
 	}
 	if cfg.Metrics != old.cfg.Metrics {
-		return fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart,
+		return false, fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart,
 			orDefault(old.cfg.Metrics.Exporter, ExporterPrometheus), orDefault(cfg.Metrics.Exporter, ExporterPrometheus))
 	}
 	if err := restartOnly(old.cfg, cfg); err != nil {
-		return err
+		return false, err
 	}
 	if !reflect.DeepEqual(cfg.Store, old.cfg.Store) {
-		return fmt.Errorf("%w: store", ErrReloadNeedsRestart)
+		return false, fmt.Errorf("%w: store", ErrReloadNeedsRestart)
 	}
 	rt, err := newRouting(cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	rt.keepProgress(old)
 	migrate := !reflect.DeepEqual(schedulerConfig(cfg), schedulerConfig(old.cfg))
@@ -150,7 +166,7 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 	if migrate {
 		// The new table shares the health set, so Down marks survive.
 		if rt.sched, err = g.newScheduler(schedulerConfig(cfg), affinity.WithHealth(old.sched.Health())); err != nil {
-			return err
+			return false, err
 		}
 	}
 	rt.prober = old.prober
@@ -175,12 +191,12 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 	var copied bindingSet
 	if migrate {
 		if moved, copied, err = copyBindings(old.sched, rt.sched); err != nil {
-			return fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
+			return false, fmt.Errorf("gateway: reload: copying bindings to the new scheduler: %w", err)
 		}
 	}
 	if newProber { // last step that can fail: the new prober retires the old one
 		if rt.prober, err = g.newProber(rt, old.prober, heldDown...); err != nil {
-			return err
+			return false, err
 		}
 		// What the new prober holds Down after taking over (the old one may have marked a
 		// backend Down since heldDown was read): the log's held_down.
@@ -294,7 +310,7 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", logList(added), "removed", logList(removed),
 		"weight_changed", logList(weights), "tier_changed", logList(tiers), "url_changed", logList(urls),
 		"drained", logList(drained), "undrained", logList(undrained), "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", logList(heldDown))
-	return nil
+	return false, nil
 }
 
 // sameProbing reports whether the prober of a can serve b unchanged.

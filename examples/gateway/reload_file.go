@@ -47,7 +47,9 @@ func (g *Gateway) reloadFile(path, trigger string, override func(*Config)) error
 		if override != nil {
 			override(&cfg)
 		}
-		err = g.reload(cfg, trigger)
+		err = g.reload(cfg, trigger) // counts its result
+	} else {
+		g.reloadStats.count(reloadRejected) // the file could not be read or parsed
 	}
 	if err != nil {
 		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "trigger", trigger, "err", err)
