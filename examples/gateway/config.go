@@ -274,7 +274,11 @@ func ParseConfig(data []byte) (Config, error) {
 			// own "invalid config" so the message says it once.
 			return Config{}, invalidFrom(kind, "affinity", err, affinity.ErrInvalidConfig)
 		}
-		return Config{}, &configError{kind: kind, msg: nameTypeErrors(data, err).Error(), cause: err}
+		msg := err.Error()
+		if kind == ErrConfigSyntax { // a value of the wrong type: name its key (config_typeerr.go)
+			msg = nameTypeErrors(data, err).Error()
+		}
+		return Config{}, &configError{kind: kind, msg: msg, cause: err}
 	}
 	// Decision: a second document (after a `---` line) is an error, not ignored: its
 	// keys would look applied and never be (a listen address, an unknown key).
