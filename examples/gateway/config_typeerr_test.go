@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,7 +26,39 @@ func TestParseConfigWrongTypeNamesKey(t *testing.T) {
 			"line 4: max_body_bytes: cannot unmarshal !!seq into int64"},
 		{"two at once", minimal + "drain_seconds: x\nmax_body_bytes: y\n",
 			"line 4: drain_seconds: cannot unmarshal !!str `x` into float64; line 5: max_body_bytes: cannot unmarshal !!str `y` into int64"},
+		// tester49: the same value earlier on the line, the same bad value twice, lists
+		// and maps where a scalar goes, aliases and merge keys.
+		{"same value under another key", "backends:\n  - {id: abc, url: \"http://127.0.0.1:8001\", weight: abc}\n",
+			"line 2: backends[0].weight: cannot unmarshal !!str `abc` into float64"},
+		{"same long value", "backends:\n  - {id: twelve-abcdef, url: \"http://127.0.0.1:8001\", weight: twelve-xyzxyz}\n",
+			"line 2: backends[0].weight: cannot unmarshal !!str `twelve-...` into float64"},
+		{"flow map, two keys", "{backends: [{id: a, url: \"http://127.0.0.1:8001\"}], tier_header: abc, drain_seconds: abc}\n",
+			"line 1: drain_seconds: cannot unmarshal !!str `abc` into float64"},
+		{"the same bad value twice", "backends: [{id: a, url: \"http://127.0.0.1:8001\", weight: x}, {id: b, url: \"http://127.0.0.1:8002\", weight: x}]\n",
+			"line 1: backends[0].weight: cannot unmarshal !!str `x` into float64; line 1: backends[1].weight: cannot unmarshal !!str `x` into float64"},
+		{"a map for a number", "backends:\n  - {id: a, url: \"http://127.0.0.1:8001\", tier: \"\", weight: {}}\n",
+			"line 2: backends[0].weight: cannot unmarshal !!map into float64"},
+		{"a list in a flow map", "{backends: [{id: a, url: \"http://127.0.0.1:8001\"}], tier_header: \"\", drain_seconds: []}\n",
+			"line 1: drain_seconds: cannot unmarshal !!seq into float64"},
+		{"a list for a string in a list", minimal + "session_headers: [[a]]\n",
+			"line 4: session_headers[0]: cannot unmarshal !!seq into string"},
+		{"a list for a string in a map", minimal + "model_tiers: {m: [x], n: x}\n",
+			"line 4: model_tiers[\"m\"]: cannot unmarshal !!seq into string"},
+		{"an alias", "backends:\n  - id: &v abc\n    url: \"http://127.0.0.1:8001\"\n    weight: *v\n",
+			"line 2: backends[0].weight: cannot unmarshal !!str `abc` into float64"},
+		{"an alias to another section", minimal + "timeouts:\n  read_body_seconds: &v abc\ndrain_seconds: *v\n",
+			"line 5: timeouts.read_body_seconds: cannot unmarshal !!str `abc` into float64; line 5: drain_seconds: cannot unmarshal !!str `abc` into float64"},
+		{"a merge key", "backends:\n  - &b {id: a, url: \"http://127.0.0.1:8001\", weight: heavy}\n  - <<: *b\n    id: b\n",
+			"line 2: backends[0].weight: cannot unmarshal !!str `heavy` into float64; line 2: backends[1].weight: cannot unmarshal !!str `heavy` into float64"},
 	}
+	var many strings.Builder // 25 bad values: 20 listed, then the count
+	many.WriteString(minimal + "session_headers: [")
+	for range 25 {
+		many.WriteString("[x], ")
+	}
+	many.WriteString("]\n")
+	tests = append(tests, struct{ name, yaml, want string }{"many", many.String(),
+		"line 4: session_headers[19]: cannot unmarshal !!seq into string; (+5 more)"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := gateway.ParseConfig([]byte(tt.yaml))

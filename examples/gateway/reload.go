@@ -110,6 +110,8 @@ func (g *Gateway) Reload(cfg Config) error { return g.reload(cfg, TriggerAPI) }
 // reload is [Gateway.Reload] with the trigger its log lines name; it counts the result
 // (reload_metrics.go).
 func (g *Gateway) reload(cfg Config, trigger string) error {
+	g.reloadMu.Lock() // also orders the counts: the gauge tells the last reload's result
+	defer g.reloadMu.Unlock()
 	unchanged, err := g.apply(cfg, trigger)
 	switch {
 	case err != nil:
@@ -122,15 +124,13 @@ func (g *Gateway) reload(cfg Config, trigger string) error {
 	return err
 }
 
-// apply does the work of reload: unchanged reports a config equal to the serving one
-// (nothing applied).
+// apply does the work of reload, with g.reloadMu held: unchanged reports a config
+// equal to the serving one (nothing applied).
 func (g *Gateway) apply(cfg Config, trigger string) (unchanged bool, err error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return false, err
 	}
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
 	old := g.state()
 	// A new path is not loaded by a reload: a file there that cannot be read is refused.
 	if err := checkBindingSnapshot(cfg.BindingSnapshot, cfg.BindingSnapshot != old.cfg.BindingSnapshot); err != nil {

@@ -49,7 +49,9 @@ func (g *Gateway) reloadFile(path, trigger string, override func(*Config)) error
 		}
 		err = g.reload(cfg, trigger) // counts its result
 	} else {
+		g.reloadMu.Lock()                   // as reload counts
 		g.reloadStats.count(reloadRejected) // the file could not be read or parsed
+		g.reloadMu.Unlock()
 	}
 	if err != nil {
 		g.log.Error("config reload rejected; the previous config keeps serving", "path", path, "trigger", trigger, "err", err)
