@@ -30,6 +30,29 @@ func (f *firstRead) Read(p []byte) (int, error) {
 	return f.Reader.Read(p)
 }
 
+// pinned starts a turn of session on g whose body has not arrived: when it returns, the
+// request has pinned its routing snapshot and waits in its body's read. finish sends the
+// body and returns the response.
+func pinned(t *testing.T, g *gateway.Gateway, session string) (finish func() *httptest.ResponseRecorder) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	body := &firstRead{Reader: pr, reading: make(chan struct{})}
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", body)
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", session)
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { defer close(done); g.ServeHTTP(rec, req) }()
+	<-body.reading
+	return func() *httptest.ResponseRecorder {
+		_, _ = io.Copy(pw, strings.NewReader(`{"model":"m"}`))
+		require.NoError(t, pw.Close())
+		<-done
+		return rec
+	}
+}
+
 // A first turn whose request started before a reload that builds a new Scheduler, and
 // that is placed after the reload copied the table (here: its body arrives after the
 // reload), keeps its binding: the next turn is a hit on the same backend (tester46: a
@@ -60,22 +83,11 @@ func TestReloadKeepsBindingsOfRequestsInFlight(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(g.Close)
 			for _, sess := range []string{"late-a", "late-b", "late-c", "late-d", "late-e", "late-f"} {
-				pr, pw := io.Pipe()
-				body := &firstRead{Reader: pr, reading: make(chan struct{})}
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", body)
-				req.ContentLength = -1
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", sess)
-				rec := httptest.NewRecorder()
-				done := make(chan struct{})
-				go func() { defer close(done); g.ServeHTTP(rec, req) }()
-				<-body.reading
+				finish := pinned(t, g, sess)
 				for _, cfg := range tt.reloads {
 					require.NoError(t, g.Reload(cfg))
 				}
-				_, _ = io.Copy(pw, strings.NewReader(`{"model":"m"}`))
-				require.NoError(t, pw.Close())
-				<-done
+				rec := finish()
 				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 				first := rec.Header().Get(gateway.HeaderBackend)
 				assert.Equal(t, "miss", rec.Header().Get(gateway.HeaderOutcome), "%s: first turn", sess)
@@ -124,20 +136,9 @@ func TestReloadKeepsRebindOfRequestInFlight(t *testing.T) {
 			}
 			require.NoError(t, g.Reload(without)) // no new Scheduler: the bindings to gone stay
 			for _, sess := range sessions {
-				pr, pw := io.Pipe()
-				body := &firstRead{Reader: pr, reading: make(chan struct{})}
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", body)
-				req.ContentLength = -1
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Session-ID", sess)
-				rec := httptest.NewRecorder()
-				done := make(chan struct{})
-				go func() { defer close(done); g.ServeHTTP(rec, req) }()
-				<-body.reading
+				finish := pinned(t, g, sess)
 				require.NoError(t, g.Reload(rebuilt)) // copies the binding to gone
-				_, _ = io.Copy(pw, strings.NewReader(`{"model":"m"}`))
-				require.NoError(t, pw.Close())
-				<-done
+				rec := finish()
 				require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 				require.Equal(t, "rebind", rec.Header().Get(gateway.HeaderOutcome), sess)
 				moved := rec.Header().Get(gateway.HeaderBackend)
