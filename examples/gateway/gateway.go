@@ -155,14 +155,16 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	rt.life = newLife(rt.sched, rt)
 	g.applyDrains(nil, rt)
 	observeBindings(func() int { return g.state().sched.Len() })
-	if rt.tenants != nil && rt.tenants.secret == nil {
+	switch {
+	case rt.tenants == nil:
+	case rt.tenants.secret == nil:
 		g.log.Warn("tenant scoping without a secret: tenant hashes are unkeyed SHA-256; set the variable to a random per-deployment value",
 			"secret_env", cfg.Tenant.SecretEnv)
-	} else if n := len(rt.tenants.key()); rt.tenants != nil && n < MinTenantSecretBytes {
+	case len(rt.tenants.secret) < MinTenantSecretBytes:
 		// Decision: warn, not refuse (tester46: a 1-byte secret started silently); a short
 		// key still keys the hashes, and refusing would break deployments that start today.
 		g.log.Warn("tenant secret is short: use 32 random bytes (RFC 2104 discourages HMAC keys shorter than the hash output)",
-			"secret_env", cfg.Tenant.SecretEnv, "bytes", n, "want", MinTenantSecretBytes)
+			"secret_env", cfg.Tenant.SecretEnv, "bytes", len(rt.tenants.secret), "want", MinTenantSecretBytes)
 	}
 	g.now = o.now
 	if g.now == nil {

@@ -100,14 +100,6 @@ func newTenants(cfg TenantConfig) *tenants {
 	return t
 }
 
-// key returns the HMAC key (nil for a nil t or no secret).
-func (t *tenants) key() []byte {
-	if t == nil {
-		return nil
-	}
-	return t.secret
-}
-
 // anonymousTenant is the identity of requests that carry none: no header value or API
 // key identity equals it (they are prefixed "header\x00" and "apikey\x00").
 const anonymousTenant = "anonymous\x00"
