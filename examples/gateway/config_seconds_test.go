@@ -57,6 +57,9 @@ func TestParseConfigSecondsRange(t *testing.T) {
 				assert.ErrorIs(t, err, k.want)
 				assert.Contains(t, err.Error(), k.key+": ")
 				assert.Contains(t, err.Error(), "0.001..1e+06")
+				// 0 is accepted by every key below, so the message says what it means:
+				// "off" keys list it in the range, the others name their default.
+				assert.Regexp(t, `0 or 0\.001\.\.|\(0 or omitted: the default, [0-9.]+\)$`, err.Error())
 			})
 		}
 		// 0 is the default (or "off") for every key: accepted.

@@ -71,7 +71,18 @@ func secondsProblem(v float64, zeroOK bool) string {
 	if zeroOK {
 		low = "0 or " + low
 	}
-	want := fmt.Sprintf("must be a number of seconds, %s..%g", low, MaxConfigSeconds)
+	return secondsCheck(v, zeroOK, fmt.Sprintf("must be a number of seconds, %s..%g", low, MaxConfigSeconds))
+}
+
+// defaultSecondsProblem is secondsProblem for a key whose 0 (or absence) means its
+// default, def: the message says so, since a 0 there is accepted (tester46: "the range
+// says 0.001.. while 0 is accepted").
+func defaultSecondsProblem(v, def float64) string {
+	return secondsCheck(v, true, fmt.Sprintf("must be a number of seconds, %g..%g (0 or omitted: the default, %g)",
+		MinConfigSeconds, MaxConfigSeconds, def))
+}
+
+func secondsCheck(v float64, zeroOK bool, want string) string {
 	switch {
 	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxConfigSeconds:
 		return want
@@ -188,14 +199,14 @@ func (c Config) Validate() error {
 		return invalid(ErrHealthConfig, "health thresholds: failure %d, success %d: must be >= 0",
 			c.Health.FailureThreshold, c.Health.SuccessThreshold)
 	}
-	if v := c.Health.PassiveRecheckSeconds; secondsProblem(v, false) != "" {
-		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: %s", v, secondsProblem(v, false))
+	if v := c.Health.PassiveRecheckSeconds; defaultSecondsProblem(v, DefaultPassiveRecheckSeconds) != "" {
+		return invalid(ErrPassiveRecheck, "health.passive_recheck_seconds: %v: %s", v, defaultSecondsProblem(v, DefaultPassiveRecheckSeconds))
 	}
-	if v := c.SweepSeconds; secondsProblem(v, false) != "" {
-		return invalid(ErrSweepInterval, "sweep_seconds: %v: %s", v, secondsProblem(v, false))
+	if v := c.SweepSeconds; defaultSecondsProblem(v, DefaultSweepSeconds) != "" {
+		return invalid(ErrSweepInterval, "sweep_seconds: %v: %s", v, defaultSecondsProblem(v, DefaultSweepSeconds))
 	}
-	if v := c.DrainSeconds; secondsProblem(v, false) != "" {
-		return invalid(ErrDrainTimeout, "drain_seconds: %v: %s", v, secondsProblem(v, false))
+	if v := c.DrainSeconds; defaultSecondsProblem(v, DefaultDrainSeconds) != "" {
+		return invalid(ErrDrainTimeout, "drain_seconds: %v: %s", v, defaultSecondsProblem(v, DefaultDrainSeconds))
 	}
 	if v := c.LoadReportSeconds; secondsProblem(v, true) != "" {
 		return invalid(ErrLoadReportInterval, "load_report_seconds: %v: %s", v, secondsProblem(v, true))

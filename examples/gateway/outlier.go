@@ -107,10 +107,14 @@ func (o OutlierConfig) validate() error {
 			o.ConsecutiveConnectFailures, o.Consecutive5xx)
 	}
 	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"window_seconds", o.WindowSeconds}, {"base_ejection_seconds", o.BaseEjectionSeconds}, {"max_ejection_seconds", o.MaxEjectionSeconds}} {
-		if p := secondsProblem(f.v, false); p != "" {
+		name   string
+		v, def float64
+	}{
+		{"window_seconds", o.WindowSeconds, DefaultOutlierWindowSeconds},
+		{"base_ejection_seconds", o.BaseEjectionSeconds, DefaultBaseEjectionSeconds},
+		{"max_ejection_seconds", o.MaxEjectionSeconds, DefaultMaxEjectionSeconds},
+	} {
+		if p := defaultSecondsProblem(f.v, f.def); p != "" {
 			return invalid(ErrOutlierConfig, "outlier_detection.%s: %v: %s", f.name, f.v, p)
 		}
 	}

@@ -79,15 +79,19 @@ func (t TimeoutsConfig) withDefaults() TimeoutsConfig {
 
 func (t TimeoutsConfig) validate() error {
 	for _, f := range []struct {
-		name string
-		v    float64
+		name   string
+		v, def float64
 	}{
-		{"dial_seconds", t.DialSeconds}, {"response_header_seconds", t.ResponseHeaderSeconds},
-		{"stream_idle_seconds", t.StreamIdleSeconds}, {"backend_idle_conn_seconds", t.BackendIdleConnSeconds},
-		{"read_header_seconds", t.ReadHeaderSeconds}, {"read_body_seconds", t.ReadBodySeconds},
-		{"client_idle_seconds", t.ClientIdleSeconds}, {"client_write_seconds", t.ClientWriteSeconds},
+		{"dial_seconds", t.DialSeconds, DefaultDialSeconds},
+		{"response_header_seconds", t.ResponseHeaderSeconds, DefaultResponseHeaderSeconds},
+		{"stream_idle_seconds", t.StreamIdleSeconds, DefaultStreamIdleSeconds},
+		{"backend_idle_conn_seconds", t.BackendIdleConnSeconds, DefaultBackendIdleConnSeconds},
+		{"read_header_seconds", t.ReadHeaderSeconds, DefaultReadHeaderSeconds},
+		{"read_body_seconds", t.ReadBodySeconds, DefaultReadBodySeconds},
+		{"client_idle_seconds", t.ClientIdleSeconds, DefaultClientIdleSeconds},
+		{"client_write_seconds", t.ClientWriteSeconds, DefaultClientWriteSeconds},
 	} {
-		if p := secondsProblem(f.v, false); p != "" {
+		if p := defaultSecondsProblem(f.v, f.def); p != "" {
 			return invalid(ErrTimeoutConfig, "timeouts.%s: %v: %s", f.name, f.v, p)
 		}
 	}
