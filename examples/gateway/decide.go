@@ -99,14 +99,15 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 	if err := rt.conflictingHeader(r); err != nil {
 		return Decision{}, &RequestError{http.StatusBadRequest, "conflicting_header", fmt.Errorf("%w: %w", ErrRequest, err)}
 	}
-	session, parent := rt.sessionID(r), rt.parentSessionID(r)
+	session, sessionHeader := rt.sessionID(r)
+	parent := rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)
 	if err != nil {
 		return Decision{}, &RequestError{http.StatusBadRequest, "unknown_tier", fmt.Errorf("%w: %w", ErrRequest, err)}
 	}
 	if tenant := rt.tenantOf(r); tenant != "" {
 		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
-			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", err}
+			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", namedSession(err, sessionHeader)}
 		}
 		if body, err = rt.saltBody(r, body, tenant, nil); err != nil {
 			return Decision{}, &RequestError{http.StatusBadRequest, "invalid_json", fmt.Errorf("%w: %w", ErrRequest, err)}
@@ -124,11 +125,12 @@ func (g *Gateway) Decide(r *http.Request, body []byte, allow func(id string) boo
 		}
 	case !generationCall(r): // hashed by its session, no binding (session.go)
 		if err := st.unbind(); err != nil {
-			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", err}
+			return Decision{}, &RequestError{http.StatusBadRequest, "session_id_too_long", namedSession(err, sessionHeader)}
 		}
 	}
 	b, hit, err := st.choose()
 	if err != nil {
+		err = namedSession(err, sessionHeader)
 		status, code := classify(err)
 		return Decision{}, &RequestError{status, code, err}
 	}

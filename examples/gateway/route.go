@@ -104,7 +104,8 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "conflicting_header", err.Error())
 		return
 	}
-	session, parent := rt.sessionID(r), rt.parentSessionID(r)
+	session, sessionHeader := rt.sessionID(r)
+	parent := rt.parentSessionID(r)
 	tier, err := rt.tier(r, model)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "unknown_tier", err.Error())
@@ -121,7 +122,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		// Scope the binding by tenant: another tenant sending the same session (or
 		// parent) ID gets its own binding. Only the keyed hash reaches the Scheduler.
 		if session, parent, err = rt.scopeSession(tenant, session, parent); err != nil {
-			writeError(w, http.StatusBadRequest, "session_id_too_long", clientText(err))
+			writeError(w, http.StatusBadRequest, "session_id_too_long", clientText(namedSession(err, sessionHeader)))
 			return
 		}
 		// The salted copy is charged like the body (released with the request).
@@ -148,13 +149,13 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	case !generationCall(r): // hashed by its session, no binding (session.go)
 		if err := st.unbind(); err != nil {
-			g.routingError(w, rt, err)
+			g.routingError(w, rt, namedSession(err, sessionHeader))
 			return
 		}
 	}
 	b, hit, err := st.choose()
 	if err != nil {
-		g.routingError(w, rt, err)
+		g.routingError(w, rt, namedSession(err, sessionHeader))
 		return
 	}
 	st.backend, st.hit = b, hit

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -60,14 +61,26 @@ func checkSessionID(session string, max int) error {
 	return nil
 }
 
-// sessionID returns the first non-empty session_headers value ("" if none), trimmed.
-func (rt *routing) sessionID(r *http.Request) string {
-	for _, k := range rt.sessionKeys {
+// sessionID returns the first non-empty session_headers value ("" if none), trimmed,
+// and the header it came from (as session_headers spells it; "" with no value).
+func (rt *routing) sessionID(r *http.Request) (session, header string) {
+	for i, k := range rt.sessionKeys {
 		if v := strings.TrimSpace(headerValue(r.Header, k)); v != "" {
-			return v
+			return v, rt.cfg.SessionHeaders[i]
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// namedSession adds the header the session ID came from to an
+// affinity.ErrSessionIDTooLong error, so that a client sending several session headers
+// knows which one to shorten ("... (header X-Session-ID)"); other errors, and a header
+// of "", are returned as they are.
+func namedSession(err error, header string) error {
+	if header == "" || !errors.Is(err, affinity.ErrSessionIDTooLong) {
+		return err
+	}
+	return fmt.Errorf("%w (header %s)", err, header)
 }
 
 // parentSessionID returns the first non-empty parent_session_headers value ("" if none).

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -67,5 +68,40 @@ func TestRequireSessionOnlyForGeneration(t *testing.T) {
 				assert.Contains(t, rec.Body.String(), "missing_session_id")
 			}
 		})
+	}
+}
+
+// A session ID over max_session_id_bytes is a 400 session_id_too_long whose message names
+// the header it came from: with several session_headers a client must know which one to
+// shorten (tester46). Generation and other calls, tenant scoping on and off, ServeHTTP
+// and Decide.
+func TestSessionTooLongNamesHeader(t *testing.T) {
+	long := strings.Repeat("x", 9)
+	for _, extra := range []string{"", "tenant: {api_key: true}\n"} {
+		g, _ := testGateway(t, "session_headers: [X-Session-ID, X-Agent-Session]\naffinity: {max_session_id_bytes: 8}\n"+extra)
+		for _, tt := range []struct {
+			path, header string
+		}{
+			{"/v1/chat/completions", "X-Session-ID"},
+			{"/v1/chat/completions", "X-Agent-Session"},
+			{"/tokenize", "X-Agent-Session"}, // not a generation call: hashed by its session, unbound
+		} {
+			t.Run(extra+tt.path+" "+tt.header, func(t *testing.T) {
+				h := map[string]string{tt.header: long}
+				if tt.header == "X-Agent-Session" {
+					h["X-Session-ID"] = "   " // blank: the next header is used
+				}
+				rec := do(t, g, tt.path, chatBody, h)
+				require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+				assert.Equal(t, "session_id_too_long", errorCodeOf(t, rec.Body.String()))
+				assert.Contains(t, rec.Body.String(), "9 bytes (max 8)")
+				assert.Contains(t, rec.Body.String(), "(header "+tt.header+")")
+
+				_, err := g.Decide(decideReq(chatBody, h), []byte(chatBody), nil)
+				require.ErrorIs(t, err, affinity.ErrSessionIDTooLong)
+				assert.ErrorContains(t, err, "(header "+tt.header+")")
+			})
+		}
+		assert.Zero(t, g.Scheduler().Len(), "nothing bound")
 	}
 }
