@@ -188,10 +188,13 @@ func (c Config) Validate() error {
 		return &configError{kind: ErrHealthConfig, msg: "health.path: " + why, cause: err}
 	}
 	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"health.interval_seconds", c.Health.IntervalSeconds}, {"health.timeout_seconds", c.Health.TimeoutSeconds}} {
-		if p := secondsProblem(f.v, true); p != "" {
+		name   string
+		v, def float64
+	}{
+		{"health.interval_seconds", c.Health.IntervalSeconds, health.DefaultIntervalSeconds},
+		{"health.timeout_seconds", c.Health.TimeoutSeconds, health.DefaultTimeoutSeconds},
+	} {
+		if p := defaultSecondsProblem(f.v, f.def); p != "" {
 			return invalid(ErrHealthConfig, "%s: %v: %s", f.name, f.v, p)
 		}
 	}

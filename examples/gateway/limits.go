@@ -84,22 +84,25 @@ func (l LimitsConfig) withDefaults() LimitsConfig {
 // Each error names the one key at fault and its value.
 func (l LimitsConfig) validate(need int64, why string) error {
 	for _, f := range []struct {
-		name string
-		v    int64
+		name   string
+		v, def int64
 	}{
-		{"max_inflight_bytes", l.MaxInflightBytes}, {"max_inflight_requests", l.MaxInflightRequests},
-		{"retry_after_seconds", int64(l.RetryAfterSeconds)}, {"max_header_bytes", int64(l.MaxHeaderBytes)},
-		{"max_connections", int64(l.MaxConnections)},
+		{"max_inflight_bytes", l.MaxInflightBytes, DefaultMaxInflightBytes},
+		{"max_inflight_requests", l.MaxInflightRequests, DefaultMaxInflightRequests},
+		{"max_header_bytes", int64(l.MaxHeaderBytes), DefaultMaxHeaderBytes},
+		{"max_connections", int64(l.MaxConnections), DefaultMaxConnections},
 	} {
 		if f.v < 0 {
-			return invalid(ErrLimitsConfig, "limits.%s: %d: must be > 0 (0 or omitted: the default)", f.name, f.v)
+			return invalid(ErrLimitsConfig, "limits.%s: %d: must be > 0 (0 or omitted: the default, %d)", f.name, f.v, f.def)
 		}
 	}
 	if l.MaxInflightBytes < need {
 		return invalid(ErrLimitsConfig, "limits.max_inflight_bytes: %d: must be >= %s", l.MaxInflightBytes, why)
 	}
-	if l.RetryAfterSeconds > MaxConfigSeconds {
-		return invalid(ErrLimitsConfig, "limits.retry_after_seconds: %d: must be <= %g", l.RetryAfterSeconds, MaxConfigSeconds)
+	if v := l.RetryAfterSeconds; v < 0 || v > MaxConfigSeconds {
+		// Whole seconds (a Retry-After header's delta-seconds, RFC 9110 section 10.2.3).
+		return invalid(ErrLimitsConfig, "limits.retry_after_seconds: %d: must be whole seconds, 1..%g (0 or omitted: the default, %d)",
+			v, MaxConfigSeconds, DefaultRetryAfterSeconds)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,13 +54,21 @@ func TestHardeningConfig(t *testing.T) {
 
 // A bad limits value is reported alone, with its key, like the timeouts: not a list of
 // all five values.
+// Each message says what is allowed and what 0 means, with the default's value.
 func TestLimitsErrorNamesTheKey(t *testing.T) {
 	keys := []string{"max_inflight_bytes", "max_inflight_requests", "retry_after_seconds", "max_header_bytes", "max_connections"}
+	want := map[string]string{
+		"max_inflight_bytes":    "limits.max_inflight_bytes: -7: must be > 0 (0 or omitted: the default, 268435456)",
+		"max_inflight_requests": "limits.max_inflight_requests: -7: must be > 0 (0 or omitted: the default, 1024)",
+		"retry_after_seconds":   "limits.retry_after_seconds: -7: must be whole seconds, 1..1e+06 (0 or omitted: the default, 1)",
+		"max_header_bytes":      "limits.max_header_bytes: -7: must be > 0 (0 or omitted: the default, 65536)",
+		"max_connections":       "limits.max_connections: -7: must be > 0 (0 or omitted: the default, 4096)",
+	}
 	for _, key := range keys {
 		t.Run(key, func(t *testing.T) {
 			_, err := gateway.ParseConfig([]byte(minimal + "limits: {" + key + ": -7}\n"))
 			require.ErrorIs(t, err, gateway.ErrLimitsConfig)
-			assert.Contains(t, err.Error(), "limits."+key+": -7: must be > 0")
+			assert.True(t, strings.HasSuffix(err.Error(), want[key]), "%v", err)
 			for _, other := range keys {
 				if other != key {
 					assert.NotContains(t, err.Error(), other)
