@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -22,7 +21,8 @@ var (
 	ErrAddress = errors.New("redisstore: bad address")
 	// ErrPasswordEnv: password_env names an environment variable that is unset or empty.
 	ErrPasswordEnv = errors.New("redisstore: password environment variable unset")
-	// ErrTimeout: a *_seconds key is negative, NaN or infinite.
+	// ErrTimeout: a *_seconds key is negative, NaN, infinite, under 0.001 (1 ms) or over
+	// 86400 (a day); 0 means the key's default.
 	ErrTimeout = errors.New("redisstore: bad timeout")
 	// ErrPrefix: prefix contains '{' or '}'. The keys put the session hash in braces (a
 	// Redis Cluster hash tag); a brace in the prefix would make the prefix the hash tag
@@ -162,9 +162,21 @@ type resolved struct {
 	dial       time.Duration
 }
 
-func seconds(key string, v float64) (time.Duration, error) {
-	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > 86400 {
-		return 0, invalid(ErrTimeout, key, "%v is not a number of seconds in (0, 86400]", v)
+// Range of the *_seconds keys. Below 1 ms a timeout rounds to nothing that a Redis call
+// can meet (every call timed out and the store was never used); above a day no timer
+// here needs to go.
+const (
+	minSeconds = 0.001
+	maxSeconds = 86400
+)
+
+// seconds converts the *_seconds key's value v (after defaults: 0 became def) to a
+// duration, or says why it is out of range: NaN, infinite, negative, under 1 ms or over a
+// day. The message names the default, since 0 is accepted for it.
+func seconds(key string, v, def float64) (time.Duration, error) {
+	if !(v >= minSeconds && v <= maxSeconds) { // NaN fails both
+		return 0, invalid(ErrTimeout, key, "%v: must be a number of seconds, %g..%g (0 or omitted: the default, %g)",
+			v, minSeconds, float64(maxSeconds), def)
 	}
 	return time.Duration(v * float64(time.Second)), nil
 }
@@ -191,13 +203,13 @@ func (c Config) resolve() (resolved, error) {
 	if c.DB < 0 {
 		return r, invalid(ErrInvalidConfig, "db", "%d is negative", c.DB)
 	}
-	if r.timeout, err = seconds("timeout_seconds", c.TimeoutSeconds); err != nil {
+	if r.timeout, err = seconds("timeout_seconds", c.TimeoutSeconds, DefaultTimeoutSeconds); err != nil {
 		return r, err
 	}
-	if r.retryAfter, err = seconds("retry_after_seconds", c.RetryAfterSeconds); err != nil {
+	if r.retryAfter, err = seconds("retry_after_seconds", c.RetryAfterSeconds, DefaultRetryAfterSeconds); err != nil {
 		return r, err
 	}
-	if r.dial, err = seconds("dial_timeout_seconds", c.DialTimeoutSeconds); err != nil {
+	if r.dial, err = seconds("dial_timeout_seconds", c.DialTimeoutSeconds, DefaultDialTimeoutSeconds); err != nil {
 		return r, err
 	}
 	if !c.TLS {

@@ -35,6 +35,11 @@ func TestConfigValidate(t *testing.T) {
 		{"negative timeout", redisstore.Config{Address: "h:1", TimeoutSeconds: -1}, redisstore.ErrTimeout},
 		{"NaN retry", redisstore.Config{Address: "h:1", RetryAfterSeconds: math.NaN()}, redisstore.ErrTimeout},
 		{"Inf dial", redisstore.Config{Address: "h:1", DialTimeoutSeconds: math.Inf(1)}, redisstore.ErrTimeout},
+		{"timeout under 1 ms", redisstore.Config{Address: "h:1", TimeoutSeconds: 1e-7}, redisstore.ErrTimeout},
+		{"timeout rounding to 0 ns", redisstore.Config{Address: "h:1", TimeoutSeconds: 1e-12}, redisstore.ErrTimeout},
+		{"retry under 1 ms", redisstore.Config{Address: "h:1", RetryAfterSeconds: 0.0009}, redisstore.ErrTimeout},
+		{"dial over a day", redisstore.Config{Address: "h:1", DialTimeoutSeconds: 86401}, redisstore.ErrTimeout},
+		{"ends of the range", redisstore.Config{Address: "h:1", TimeoutSeconds: 0.001, RetryAfterSeconds: 86400, DialTimeoutSeconds: 0.001}, nil},
 		{"tls key without tls", redisstore.Config{Address: "h:1", TLSCAFile: noPEM}, redisstore.ErrTLS},
 		{"ca file missing", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: filepath.Join(dir, "missing.pem")}, redisstore.ErrTLS},
 		{"ca file without PEM", redisstore.Config{Address: "h:1", TLS: true, TLSCAFile: noPEM}, redisstore.ErrTLS},
@@ -56,6 +61,23 @@ func TestConfigValidate(t *testing.T) {
 			_, err = redisstore.New(tc.cfg)
 			require.True(t, errors.Is(err, tc.want), "New: %v", err)
 		})
+	}
+}
+
+// A *_seconds error names the key, the range and the default that 0 stands for.
+func TestConfigSecondsMessage(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  redisstore.Config
+		want string
+	}{
+		{redisstore.Config{Address: "h:1", TimeoutSeconds: -1},
+			"redisstore: invalid config: bad timeout: timeout_seconds: -1: must be a number of seconds, 0.001..86400 (0 or omitted: the default, 0.05)"},
+		{redisstore.Config{Address: "h:1", RetryAfterSeconds: 1e-7},
+			"redisstore: invalid config: bad timeout: retry_after_seconds: 1e-07: must be a number of seconds, 0.001..86400 (0 or omitted: the default, 1)"},
+		{redisstore.Config{Address: "h:1", DialTimeoutSeconds: math.NaN()},
+			"redisstore: invalid config: bad timeout: dial_timeout_seconds: NaN: must be a number of seconds, 0.001..86400 (0 or omitted: the default, 1)"},
+	} {
+		require.EqualError(t, tc.cfg.Validate(), tc.want)
 	}
 }
 
