@@ -89,23 +89,23 @@ type resolved struct {
 	load        loadParams
 }
 
-func checkTTL(field string, p *int64) (time.Duration, error) {
+// checkTTL converts the TTL at field (nil: -1, inherit) or says why it is out of range;
+// omitted says what leaving the key out means, for the message (a 0 there is accepted
+// and means "off", so the range alone would not tell).
+func checkTTL(field, omitted string, p *int64) (time.Duration, error) {
 	if p == nil {
 		return -1, nil // inherit
 	}
-	switch v := *p; {
-	case v < 0:
-		return 0, fmt.Errorf("%w: %s: %d is negative", ErrInvalidConfig, field, v)
-	case v > MaxStickyTTLSeconds:
-		return 0, fmt.Errorf("%w: %s: %d overflows (max %d)", ErrInvalidConfig, field, v, MaxStickyTTLSeconds)
-	default:
-		return time.Duration(v) * time.Second, nil
+	if v := *p; v < 0 || v > MaxStickyTTLSeconds {
+		return 0, fmt.Errorf("%w: %s: %d: must be whole seconds, 0..%d (0: affinity off; omitted: %s)",
+			ErrInvalidConfig, field, v, MaxStickyTTLSeconds, omitted)
 	}
+	return time.Duration(*p) * time.Second, nil
 }
 
 func (c Config) resolve() (resolved, error) {
 	var r resolved
-	ttl, err := checkTTL("sticky_ttl_seconds", c.StickyTTLSeconds)
+	ttl, err := checkTTL("sticky_ttl_seconds", "the default, "+strconv.Itoa(DefaultStickyTTLSeconds), c.StickyTTLSeconds)
 	if err != nil {
 		return r, err
 	}
@@ -123,7 +123,8 @@ func (c Config) resolve() (resolved, error) {
 	}
 	switch {
 	case c.MaxSessionIDBytes < 0:
-		return r, fmt.Errorf("%w: max_session_id_bytes: %d is negative", ErrInvalidConfig, c.MaxSessionIDBytes)
+		return r, fmt.Errorf("%w: max_session_id_bytes: %d: must be >= 0 (0 or omitted: the default, %d)",
+			ErrInvalidConfig, c.MaxSessionIDBytes, DefaultMaxSessionIDBytes)
 	case c.MaxSessionIDBytes == 0:
 		r.maxSession = DefaultMaxSessionIDBytes
 	default:
@@ -147,7 +148,7 @@ func (c Config) resolve() (resolved, error) {
 		if len(name) > MaxTierBytes {
 			return r, fmt.Errorf("%w: tiers: name %s is %d bytes (max %d)", ErrInvalidConfig, errTrunc(name), len(name), MaxTierBytes)
 		}
-		tt, err := checkTTL("tiers."+name+".sticky_ttl_seconds", tc.StickyTTLSeconds)
+		tt, err := checkTTL("tiers."+name+".sticky_ttl_seconds", "inherits sticky_ttl_seconds", tc.StickyTTLSeconds)
 		if err != nil {
 			return r, err
 		}

@@ -85,7 +85,7 @@ func ExampleConfig() {
 	// 30m0s 30m0s
 	// 0s 0s
 	// 10m0s 1m0s
-	// affinity: invalid config: sticky_ttl_seconds: -5 is negative
+	// affinity: invalid config: sticky_ttl_seconds: -5: must be whole seconds, 0..9223372036 (0: affinity off; omitted: the default, 1800)
 }
 
 // Expiry is exact and sliding: a binding is expired when now >= lastUse + TTL.
