@@ -268,10 +268,12 @@ func ParseConfig(data []byte) (Config, error) {
 			kind = ErrUnknownKey
 			err = &unknownKeyError{err}
 		}
-		if errors.Is(err, affinity.ErrInvalidConfig) {
-			// The affinity section failed in affinity.Config.UnmarshalYAML (wrong type,
-			// fractional number, unknown key): name the section and drop the library's
-			// own "invalid config" so the message says it once.
+		var te *yaml.TypeError
+		if errors.Is(err, affinity.ErrInvalidConfig) && (kind != ErrConfigSyntax || !errors.As(err, &te)) {
+			// The affinity section failed in affinity.Config.UnmarshalYAML (fractional
+			// number, unknown key): name the section and drop the library's own "invalid
+			// config" so the message says it once. A value of the wrong type there is
+			// named by its key below, as elsewhere (tester52).
 			return Config{}, invalidFrom(kind, "affinity", err, affinity.ErrInvalidConfig)
 		}
 		msg := err.Error()

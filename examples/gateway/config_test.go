@@ -222,17 +222,19 @@ func TestValidateBackendID(t *testing.T) {
 // Errors found while decoding the affinity section (by affinity.Config.UnmarshalYAML)
 // say "invalid config" once, like every other configuration error, and name the section.
 func TestParseConfigAffinityDecodeErrorsSayInvalidOnce(t *testing.T) {
-	for _, doc := range []string{
-		"affinity: {sticky_ttl_seconds: 0.5}\n" + minimal,
-		"affinity: {sticky_ttl_seconds: abc}\n" + minimal,
-		"affinity: {max_bindings: 1, bogus: 1}\n" + minimal,
-		"affinity: {sticky_ttl_seconds: -5}\n" + minimal, // found by Validate, not decoding
+	for _, tc := range []struct{ doc, prefix string }{
+		{"affinity: {sticky_ttl_seconds: 0.5}\n" + minimal, "gateway: invalid config: affinity: "},
+		// A wrong type: its line and key path, as for every other section (tester52).
+		{"affinity: {sticky_ttl_seconds: abc}\n" + minimal, "gateway: invalid config: line 1: affinity.sticky_ttl_seconds: "},
+		{"affinity: {max_bindings: 1, bogus: 1}\n" + minimal, "gateway: invalid config: affinity: "},
+		{"affinity: {sticky_ttl_seconds: -5}\n" + minimal, "gateway: invalid config: affinity: "}, // found by Validate, not decoding
 	} {
+		doc := tc.doc
 		_, err := gateway.ParseConfig([]byte(doc))
 		require.Error(t, err, doc)
 		assert.ErrorIs(t, err, affinity.ErrInvalidConfig, doc)
 		assert.Equal(t, 1, strings.Count(err.Error(), "invalid config"), "%s: %v", doc, err)
-		assert.True(t, strings.HasPrefix(err.Error(), "gateway: invalid config: affinity: "), "%s: %v", doc, err)
+		assert.True(t, strings.HasPrefix(err.Error(), tc.prefix), "%s: %v", doc, err)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/agentserve/sessionaffinity/affinity"
 )
 
 // typeErrLine matches a line of yaml.v3's type error: "line 4: cannot unmarshal !!str
@@ -76,6 +78,11 @@ func nameTypeErrors(data []byte, err error) error {
 // (tester49: 20,000 bad values made a 1.2 MB message).
 const maxTypeErrLines = 20
 
+// affinityConfigType is walked although it decodes itself: affinity.Config.UnmarshalYAML
+// checks its integers, then decodes the same fields plainly, whose type errors are
+// yaml.v3's own (wrapped) and name no key either.
+var affinityConfigType = reflect.TypeFor[affinity.Config]()
+
 // typedWalk lists, by typedSpot, the key paths of a document's values in document order.
 type typedWalk struct {
 	paths map[typedSpot][]string
@@ -90,7 +97,7 @@ func (w *typedWalk) walk(n *yaml.Node, t reflect.Type, path string) {
 		return
 	}
 	for _, u := range yamlUnmarshalers {
-		if t.Implements(u) || reflect.PointerTo(t).Implements(u) {
+		if t != affinityConfigType && (t.Implements(u) || reflect.PointerTo(t).Implements(u)) {
 			return // decodes itself, with errors of its own
 		}
 	}

@@ -50,6 +50,14 @@ func TestParseConfigWrongTypeNamesKey(t *testing.T) {
 			"line 5: timeouts.read_body_seconds: cannot unmarshal !!str `abc` into float64; line 5: drain_seconds: cannot unmarshal !!str `abc` into float64"},
 		{"a merge key", "backends:\n  - &b {id: a, url: \"http://127.0.0.1:8001\", weight: heavy}\n  - <<: *b\n    id: b\n",
 			"line 2: backends[0].weight: cannot unmarshal !!str `heavy` into float64; line 2: backends[1].weight: cannot unmarshal !!str `heavy` into float64"},
+		// tester52: the affinity section decodes itself (affinity.Config.UnmarshalYAML);
+		// its wrong-type values are named too, not "affinity: yaml: unmarshal errors".
+		{"affinity ttl", minimal + "affinity: {sticky_ttl_seconds: abc}\n",
+			"invalid config: line 4: affinity.sticky_ttl_seconds: cannot unmarshal !!str `abc` into int64"},
+		{"affinity tier ttl", minimal + "affinity:\n  tiers: {gold: {sticky_ttl_seconds: x}}\n",
+			"invalid config: line 5: affinity.tiers[\"gold\"].sticky_ttl_seconds: cannot unmarshal !!str `x` into int64"},
+		{"affinity list for a number", minimal + "affinity: {max_bindings: [1]}\n",
+			"invalid config: line 4: affinity.max_bindings: cannot unmarshal !!seq into int"},
 	}
 	var many strings.Builder // 25 bad values: 20 listed, then the count
 	many.WriteString(minimal + "session_headers: [")
