@@ -3,10 +3,12 @@ package gateway_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentserve/sessionaffinity/affinity"
 	"github.com/agentserve/sessionaffinity/examples/gateway"
 )
 
@@ -97,4 +99,26 @@ func TestReloadHardening(t *testing.T) {
 	require.NoError(t, g.Reload(next))
 	assert.Equal(t, int64(7), g.Config().Limits.MaxInflightRequests)
 	assert.Equal(t, 2, g.Config().OutlierDetection.Consecutive5xx)
+}
+
+// A reload that changes several restart-only settings names them all in one error, and
+// applies nothing, not even the settings that could change in place (tester52: one change
+// named per attempt, the valid TTL change dropped each time without a word).
+func TestReloadNeedsRestartListsEveryChange(t *testing.T) {
+	g, err := gateway.New(gateway.Config{Backends: []gateway.BackendConfig{{ID: "a", URL: "http://127.0.0.1:9"}}})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	before := g.Config()
+	next := before
+	next.Server = gateway.ServerDirect // New's default is nethttp
+	next.Timeouts.DialSeconds = 7
+	next.Limits.MaxConnections = 10
+	next.Affinity.StickyTTLSeconds = affinity.TTLSeconds(3600)
+	err = g.Reload(next)
+	require.ErrorIs(t, err, gateway.ErrReloadNeedsRestart)
+	assert.EqualError(t, err, `gateway: config change needs a restart: server "nethttp" -> "direct"; `+
+		"timeouts.dial_seconds 5 -> 7; limits.max_connections 4096 -> 10 (nothing of this reload was applied; "+
+		"restart to change these, or revert them to reload the rest)")
+	assert.Equal(t, before, g.Config())
+	assert.Equal(t, 1800*time.Second, g.Scheduler().Table().TTL(""))
 }

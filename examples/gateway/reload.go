@@ -88,7 +88,8 @@ func (g *Gateway) newScheduler(ac affinity.Config, extra ...affinity.Option) (*a
 //   - a change of `listen` or `admin_listen`, or of a setting the listener, the http.Server or the backend
 //     transport were built with (timeouts.dial_seconds, backend_idle_conn_seconds,
 //     read_header_seconds, client_idle_seconds, limits.max_header_bytes,
-//     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart];
+//     max_connections) or of metrics.exporter, is rejected with [ErrReloadNeedsRestart]
+//     (whose message lists every such change; the whole reload is rejected);
 //     the other timeouts, limits, outlier_detection, tenant and parent-session settings
 //     change in place (a tenant change re-places every session: see above).
 //     A change of the `store` block is rejected too (a new Scheduler built by an
@@ -140,21 +141,8 @@ func (g *Gateway) apply(cfg Config, trigger string) (unchanged bool, err error) 
 		g.log.Info("config unchanged; nothing to apply", "trigger", trigger, "backends", len(old.backends))
 		return true, nil
 	}
-	if cfg.Listen != old.cfg.Listen {
-		return false, fmt.Errorf("%w: listen %q -> %q", ErrReloadNeedsRestart, old.cfg.Listen, cfg.Listen)
-	}
-	if cfg.AdminListen != old.cfg.AdminListen {
-		return false, fmt.Errorf("%w: admin_listen %q -> %q", ErrReloadNeedsRestart, old.cfg.AdminListen, cfg.AdminListen)
-	}
-	if cfg.Metrics != old.cfg.Metrics {
-		return false, fmt.Errorf("%w: metrics.exporter %q -> %q", ErrReloadNeedsRestart,
-			orDefault(old.cfg.Metrics.Exporter, ExporterPrometheus), orDefault(cfg.Metrics.Exporter, ExporterPrometheus))
-	}
 	if err := restartOnly(old.cfg, cfg); err != nil {
 		return false, err
-	}
-	if !reflect.DeepEqual(cfg.Store, old.cfg.Store) {
-		return false, fmt.Errorf("%w: store", ErrReloadNeedsRestart)
 	}
 	rt, err := newRouting(cfg)
 	if err != nil {

@@ -283,32 +283,3 @@ func (g *Gateway) Close() {
 	g.reloadMu.Unlock()
 	g.closeStore()
 }
-
-// restartOnly returns an error wrapping [ErrReloadNeedsRestart] when next changes a
-// setting the listener, the http.Server or the backend transport were built with.
-func restartOnly(old, next Config) error {
-	if isDirect(old.BackendClient) != isDirect(next.BackendClient) {
-		return fmt.Errorf("%w: backend_client %q -> %q", ErrReloadNeedsRestart,
-			orDefault(old.BackendClient, BackendClientDirect), orDefault(next.BackendClient, BackendClientDirect))
-	}
-	if isDirectServer(old.Server) != isDirectServer(next.Server) {
-		return fmt.Errorf("%w: server %q -> %q", ErrReloadNeedsRestart,
-			orDefault(old.Server, ServerNetHTTP), orDefault(next.Server, ServerNetHTTP))
-	}
-	for _, f := range []struct {
-		name      string
-		was, will float64
-	}{
-		{"timeouts.dial_seconds", old.Timeouts.DialSeconds, next.Timeouts.DialSeconds},
-		{"timeouts.backend_idle_conn_seconds", old.Timeouts.BackendIdleConnSeconds, next.Timeouts.BackendIdleConnSeconds},
-		{"timeouts.read_header_seconds", old.Timeouts.ReadHeaderSeconds, next.Timeouts.ReadHeaderSeconds},
-		{"timeouts.client_idle_seconds", old.Timeouts.ClientIdleSeconds, next.Timeouts.ClientIdleSeconds},
-		{"limits.max_header_bytes", float64(old.Limits.MaxHeaderBytes), float64(next.Limits.MaxHeaderBytes)},
-		{"limits.max_connections", float64(old.Limits.MaxConnections), float64(next.Limits.MaxConnections)},
-	} {
-		if f.was != f.will {
-			return fmt.Errorf("%w: %s %v -> %v", ErrReloadNeedsRestart, f.name, f.was, f.will)
-		}
-	}
-	return nil
-}
