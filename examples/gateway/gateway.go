@@ -166,6 +166,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.log.Warn("tenant secret is short: use 32 random bytes (RFC 2104 discourages HMAC keys shorter than the hash output)",
 			"secret_env", cfg.Tenant.SecretEnv, "bytes", len(rt.tenants.secret), "want", MinTenantSecretBytes)
 	}
+	g.warnSharedURLs(false, nil, cfg.Backends)
 	g.now = o.now
 	if g.now == nil {
 		g.now = time.Now

@@ -298,6 +298,7 @@ func (g *Gateway) apply(cfg Config, trigger string) (unchanged bool, err error) 
 	g.log.Info("config reloaded", "trigger", trigger, "backends", len(rt.backends), "added", logList(added), "removed", logList(removed),
 		"weight_changed", logList(weights), "tier_changed", logList(tiers), "url_changed", logList(urls),
 		"drained", logList(drained), "undrained", logList(undrained), "affinity_rebuilt", migrate, "bindings_copied", moved, "prober_rebuilt", newProber, "held_down", logList(heldDown))
+	g.warnSharedURLs(true, old.cfg.Backends, rt.cfg.Backends)
 	return false, nil
 }
 
