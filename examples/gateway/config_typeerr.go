@@ -33,8 +33,9 @@ type typedSpot struct {
 
 // nameTypeErrors makes the lines of a yaml.v3 type error (a value of the wrong type: a
 // word where a number goes, a list where a map goes) name the key each is about, as the
-// other config errors do: "line 4: timeouts.read_body_seconds: cannot unmarshal !!str
-// `abc` into float64" instead of the same without the key (newuser47). It walks data's
+// other config errors do, and say what it takes: "line 4: timeouts.read_body_seconds:
+// cannot unmarshal !!str `abc` into float64 (want a number of seconds)" instead of the
+// same without the key (newuser47) and the hint (tester51). It walks data's
 // nodes beside Config's types, as the decoding did (aliases resolved, merge keys `<<`
 // merged, so a value reached twice is listed twice), and gives each error line the next
 // value, in document order, with the same line, tag, shown value and Go type (tester49:
@@ -64,7 +65,7 @@ func nameTypeErrors(data []byte, err error) error {
 		line, _ := strconv.Atoi(m[1])
 		spot := typedSpot{line: line, tag: m[3], shown: m[4], into: m[5]}
 		if q := w.paths[spot]; len(q) > 0 {
-			lines[i] = "line " + m[1] + ": " + q[0] + ": " + m[2]
+			lines[i] = "line " + m[1] + ": " + q[0] + ": " + m[2] + " (want " + wanted(q[0], m[5]) + ")"
 			w.paths[spot] = q[1:]
 		}
 	}
@@ -72,6 +73,30 @@ func nameTypeErrors(data []byte, err error) error {
 		lines = append(lines[:maxTypeErrLines], fmt.Sprintf("(+%d more)", len(te.Errors)-maxTypeErrLines))
 	}
 	return errors.New(strings.Join(lines, "; "))
+}
+
+// wanted says in words what the key at path takes, from the Go type yaml.v3 named
+// (tester51: "into float64" alone did not say that "5s" should be 5).
+func wanted(path, goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "float"):
+		if strings.HasSuffix(path, "_seconds") {
+			return "a number of seconds"
+		}
+		return "a number"
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+		if strings.HasSuffix(path, "_seconds") {
+			return "a whole number of seconds"
+		}
+		return "a whole number"
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list"
+	}
+	return "a map" // map[...] and structs
 }
 
 // maxTypeErrLines is how many wrong-type lines a config error lists before "(+N more)"
