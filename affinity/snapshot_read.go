@@ -229,7 +229,7 @@ func decodeSnapshot(r io.Reader, begin func(count uint64), keep func(written tim
 			err = fmt.Errorf("remaining TTL %d ns", rem)
 		}
 		if err != nil {
-			return sr.cut(fmt.Sprintf("record %d of %d", k, count), err)
+			return sr.cut(fmt.Sprintf("record %d of %d", k+1, count), err) // counted from 1
 		}
 		b.Remaining = time.Duration(rem)
 		keep(written, b)
@@ -350,7 +350,10 @@ func (s *snapReader) cut(what string, err error) (int, error) {
 		return 0, s.readErr()
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("%w: %s: the input ends after %d bytes (truncated)", ErrCorruptSnapshot, what, s.n)
+		// The input ended where a count or a length said more was to come: a cut file, or
+		// one of them damaged (tester52: a flipped length read as "truncated" alone).
+		return 0, fmt.Errorf("%w: %s: the input ends after %d bytes: truncated, or a count or length before that point is damaged",
+			ErrCorruptSnapshot, what, s.n)
 	}
 	return 0, fmt.Errorf("%w: %s: %v", ErrCorruptSnapshot, what, err)
 }

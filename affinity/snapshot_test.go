@@ -162,6 +162,25 @@ func TestRestoreRejectsDamagedSnapshots(t *testing.T) {
 			require.Zero(t, dst.Len(), "nothing may be half-loaded")
 		})
 	}
+	t.Run("a damaged length reads past the end", func(t *testing.T) {
+		one := newSnapScheduler(t, snapCfg(), affinitytest.NewClock(t0))
+		_, _, err := one.SelectBackend("s0", "", cands)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		_, err = one.Snapshot(&b)
+		require.NoError(t, err)
+		// magic 8, stamp 8, count 1, tier length 0, session ID length 2, "s0", then the
+		// backend ID's length: 10 more runs it past the TTL and the checksum.
+		data := b.Bytes()
+		require.Equal(t, []byte{1, 0, 2, 's', '0'}, data[16:21])
+		data[21] += 10
+		dst := newSnapScheduler(t, snapCfg(), affinitytest.NewClock(t0))
+		_, err = dst.Restore(bytes.NewReader(data))
+		require.ErrorIs(t, err, affinity.ErrCorruptSnapshot)
+		require.ErrorContains(t, err, "record 1 of 1: the input ends after")
+		require.ErrorContains(t, err, "truncated, or a count or length before that point is damaged")
+		require.Zero(t, dst.Len())
+	})
 	t.Run("nil reader and writer", func(t *testing.T) {
 		dst := newSnapScheduler(t, snapCfg(), affinitytest.NewClock(t0))
 		n, err := dst.Restore(nil)
