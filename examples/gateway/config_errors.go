@@ -44,7 +44,8 @@ var (
 	ErrHeaderConflict = errors.New("gateway: one header configured for two roles")
 	// ErrBindingSnapshot: binding_snapshot names a directory or another existing file
 	// that is not a regular file (a device such as /dev/null), or an existing non-empty
-	// file that is not a binding snapshot (it does not start with "SAFSNAP"), or its
+	// file that is not a binding snapshot (it starts with neither "SAFSNAP" nor NUL
+	// bytes), or its
 	// directory does not exist or does not take a new file (checked by [New] and
 	// [Gateway.Reload]; a reload so refused leaves the old config serving and the file
 	// untouched).

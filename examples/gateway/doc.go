@@ -243,7 +243,8 @@
 //     config accepts) is damaged and not read; a smaller one is decoded as it is read.
 //   - [New] and [Gateway.Reload] check that the file's directory exists and takes a new
 //     file (creating and removing a temporary file there) and that the path is not an
-//     existing file other than a snapshot (non-empty and not starting with "SAFSNAP"):
+//     existing file other than a snapshot (non-empty, not starting with "SAFSNAP" nor with
+//     NUL bytes, which a crash leaves where a file was never written: kept aside as damaged):
 //     a bad path is [ErrBindingSnapshot] at start or reload, not bindings or a file lost
 //     at shutdown.
 //   - Serve holds an exclusive lock on path+[SnapshotLockSuffix] (flock, on Unix) from

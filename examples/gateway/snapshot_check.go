@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // checkBindingSnapshot checks path (binding_snapshot; "" is off) where the gateway will
@@ -14,7 +15,10 @@ import (
 // /dev/null, a FIFO, a socket: the save renames a new file over the path and would replace
 // it), not an existing non-empty file that does not start with "SAFSNAP" (the magic of
 // every snapshot version, affinity.SnapshotMagic: another file there, say the config
-// itself, would be replaced at shutdown; a file that cannot be read is left to the load,
+// itself, would be replaced at shutdown; a file that starts with NUL bytes instead is a
+// damaged snapshot, as a crash can leave a file whose blocks were never written (it reads
+// as zeros), and the load keeps it aside — tester52: it stopped the start, a crash loop
+// under an orchestrator; a file that cannot be read is left to the load,
 // which keeps it aside, unless noLoad: a reload naming a new path loads nothing, so it
 // refuses such a file too), and its directory exists and takes a new file, tried by
 // creating and removing a temporary file there, as [Gateway.SaveBindings] writes one and
@@ -38,7 +42,7 @@ func checkSnapshotPath(path string, noLoad bool, head func(string) (string, erro
 			return invalid(ErrBindingSnapshot, "binding_snapshot: %q: is %s; want a regular file or a new path", path, fileKind(fi.Mode()))
 		case fi.Size() > 0:
 			first, readErr := head(path)
-			if readErr == nil && first != snapshotPrefix[:len(first)] {
+			if readErr == nil && first != snapshotPrefix[:len(first)] && strings.Trim(first, "\x00") != "" {
 				return invalid(ErrBindingSnapshot, "binding_snapshot: %q: exists and is not a binding snapshot (it starts with %q, not %q); "+
 					"it would be replaced at shutdown: name a new path or a snapshot file", path, first, snapshotPrefix)
 			}

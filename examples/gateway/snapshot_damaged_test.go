@@ -16,7 +16,8 @@ import (
 )
 
 // A binding snapshot Serve cannot load because it is damaged (a flipped byte, a
-// truncation, another snapshot version; a file that is not a snapshot at all is refused
+// truncation, another snapshot version, NUL bytes where it was never written; a file
+// that is not a snapshot at all is refused
 // by New: TestBindingSnapshotRefusesAForeignFile) is kept as <path>.damaged, replacing an older one, before
 // the gateway serves with an empty table; the snapshot saved at shutdown goes to <path>.
 // A missing file is only a first start. (Before: the damaged file was overwritten at
@@ -46,6 +47,9 @@ func TestServeKeepsADamagedSnapshot(t *testing.T) {
 		{"flipped byte", flipped, false, true},
 		{"truncated, older .damaged replaced", good[:len(good)-3], true, true},
 		{"another snapshot version", append([]byte("SAFSNAP2"), good[8:]...), false, true},
+		{"zeros (blocks never written before a crash)", make([]byte, len(good)), false, true},
+		{"zeros, shorter than the magic", make([]byte, 3), false, true},
+		{"zeros after a good start", append(append([]byte(nil), good[:10]...), make([]byte, 20)...), false, true},
 		{"missing", nil, false, false},
 		{"empty: no snapshot", []byte{}, false, false},
 	}

@@ -108,6 +108,11 @@ func TestBindingSnapshotRefusesAForeignFile(t *testing.T) {
 		{"a snapshot", good, true},
 		{"another snapshot version", append([]byte("SAFSNAP2"), good[8:]...), true},
 		{"a truncated snapshot", good[:3], true},
+		// NUL bytes where a snapshot was never written (a crash): a damaged snapshot,
+		// which the load keeps aside; a byte other than NUL in the head is another file.
+		{"NUL bytes", make([]byte, 4096), true},
+		{"NUL bytes, shorter than the magic", []byte{0, 0}, true},
+		{"NUL then text", []byte("\x00\x00\x00x notes"), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
