@@ -146,9 +146,8 @@ type Config struct {
 	// file there) and that the path is not a directory or another non-regular file (such
 	// as /dev/null, which the save's rename would replace) nor an existing non-empty file
 	// that is not a snapshot (not starting with "SAFSNAP" or NUL bytes: the save would
-	// replace it), so
-	// a bad path is [ErrBindingSnapshot] at start or reload rather than bindings or a file
-	// lost at shutdown; [Config.Validate] does no I/O and does not check it. A loaded
+	// replace it), so a bad path is [ErrBindingSnapshot] at start or reload rather than
+	// bindings or a file lost at shutdown; [Config.Validate] does no I/O and does not check it. A loaded
 	// snapshot is removed (see [Gateway.Serve]); files over [MaxSnapshotBytes] are not
 	// loaded.
 	BindingSnapshot string `yaml:"binding_snapshot"`
