@@ -9,8 +9,8 @@ import (
 // sharedURLs lists the backends of backends that name the same server: the same URL once
 // its scheme and host are lowercased and a trailing "/" is dropped. Each entry is
 // "id1,id2 -> url" (the URL as the first one spells it; validation refuses
-// user:password@, so it holds no secret), in the order the
-// first of each group is configured; nil when every URL is distinct. Cost: O(backends).
+// user:password@, so it holds no secret), in the order the first of each group is
+// configured; nil when every URL is distinct. Cost: O(backends).
 //
 // Decision: such a config is accepted with a warning, not refused (tester51, tester52).
 // Two IDs on one server give it two HRW shares, two probes and two load counts; that

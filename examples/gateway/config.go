@@ -147,9 +147,9 @@ type Config struct {
 	// as /dev/null, which the save's rename would replace) nor an existing non-empty file
 	// that is not a snapshot (not starting with "SAFSNAP" or NUL bytes: the save would
 	// replace it), so a bad path is [ErrBindingSnapshot] at start or reload rather than
-	// bindings or a file lost at shutdown; [Config.Validate] does no I/O and does not check it. A loaded
-	// snapshot is removed (see [Gateway.Serve]); files over [MaxSnapshotBytes] are not
-	// loaded.
+	// bindings or a file lost at shutdown; [Config.Validate] does no I/O and does not
+	// check it. A loaded snapshot is removed (see [Gateway.Serve]); files over
+	// [MaxSnapshotBytes] are not loaded.
 	BindingSnapshot string `yaml:"binding_snapshot"`
 	// InjectMetadata inserts the "x_agent_serve" object into non-streaming JSON
 	// responses (which means reading each one whole and checking it is a JSON object).

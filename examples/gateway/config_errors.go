@@ -45,10 +45,9 @@ var (
 	// ErrBindingSnapshot: binding_snapshot names a directory or another existing file
 	// that is not a regular file (a device such as /dev/null), or an existing non-empty
 	// file that is not a binding snapshot (it starts with neither "SAFSNAP" nor NUL
-	// bytes), or its
-	// directory does not exist or does not take a new file (checked by [New] and
-	// [Gateway.Reload]; a reload so refused leaves the old config serving and the file
-	// untouched).
+	// bytes), or its directory does not exist or does not take a new file (checked by
+	// [New] and [Gateway.Reload]; a reload so refused leaves the old config serving and
+	// the file untouched).
 	ErrBindingSnapshot = errors.New("gateway: bad binding_snapshot")
 	// ErrAdminListen: admin_listen is not "" nor host:port with port 0..65535, or it is
 	// the address `listen` binds (its port, non-zero, on the same host or where either
